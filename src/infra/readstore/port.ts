@@ -1,0 +1,63 @@
+/**
+ * The read-model store port. Adapters: memory (embedded mode) and MongoDB.
+ *
+ * Documents are written whole: a projection computes the new document with its pure
+ * `evolve` and the store writes it only on top of an older one (revision guard), so
+ * applying an event twice changes nothing.
+ */
+
+export type Scalar = string | number | boolean | null;
+
+/** Equality, membership, or a range (inclusive and exclusive bounds). */
+export type FieldFilter =
+  | Scalar
+  | { readonly in: readonly Scalar[] }
+  | { readonly gt?: Scalar; readonly gte?: Scalar; readonly lt?: Scalar; readonly lte?: Scalar };
+
+export type Where = Readonly<Record<string, FieldFilter>>;
+
+export interface SortKey {
+  readonly field: string;
+  readonly order: 'asc' | 'desc';
+}
+
+export interface Query {
+  readonly where?: Where;
+  /** Applied in order; ties are always broken by `id` ascending so pages are stable. */
+  readonly sort?: readonly SortKey[];
+  readonly skip?: number;
+  readonly limit?: number;
+}
+
+/** Every read-model document has a string id and the guard of the last change applied to it. */
+export interface ReadDoc {
+  readonly id: string;
+}
+
+export interface ReadCollection<T extends ReadDoc> {
+  get(id: string): Promise<T | null>;
+  /** The guard (see `put`) stored with the document, or null when absent. */
+  getGuard(id: string): Promise<string | null>;
+  find(query?: Query): Promise<T[]>;
+  count(where?: Where): Promise<number>;
+  /**
+   * Writes the whole document when no document with this id exists or when the stored
+   * guard is lower than `guard` (string comparison). Returns whether it was written.
+   */
+  put(doc: T, guard: string): Promise<boolean>;
+  /** Deletes the document when its stored guard is lower than `guard`. Returns whether it was deleted. */
+  remove(id: string, guard: string): Promise<boolean>;
+  /** Declares a compound index used by queries (a no-op where the adapter has no indexes). */
+  ensureIndex(fields: readonly SortKey[], options?: { readonly unique?: boolean }): Promise<void>;
+  /** Removes every document. */
+  clear(): Promise<void>;
+}
+
+export interface ReadStore {
+  collection<T extends ReadDoc>(name: string): ReadCollection<T>;
+  getCheckpoint(name: string): Promise<string | null>;
+  setCheckpoint(name: string, value: string): Promise<void>;
+  /** Answers when the store is reachable; throws otherwise. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

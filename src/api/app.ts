@@ -1,0 +1,38 @@
+import express, { type Express } from 'express';
+import type { Logger } from '../logger';
+import { errorMiddleware, notFoundHandler } from './http-errors';
+import { cors, requestId, requireJsonBody } from './middleware';
+import { healthRoutes, type HealthDeps } from './routes/health';
+import { authRoutes, type AuthDeps } from './routes/auth';
+
+export const BODY_LIMIT_BYTES = 64 * 1024;
+
+export interface AppDeps {
+  readonly logger: Logger;
+  readonly appOrigin: string | undefined;
+  readonly trustProxy: boolean | number | string | undefined;
+  readonly health: HealthDeps;
+  readonly auth: AuthDeps;
+}
+
+/** The HTTP API: every route lives under /api/v1; unknown routes answer 404 JSON. */
+export function createApp(deps: AppDeps): Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('trust proxy', deps.trustProxy ?? false);
+
+  app.use(requestId);
+  app.use(cors(deps.appOrigin));
+  app.use(requireJsonBody);
+  app.use(express.json({ limit: BODY_LIMIT_BYTES, strict: false }));
+
+  const v1 = express.Router();
+  v1.use(healthRoutes(deps.health));
+  v1.use('/auth', authRoutes(deps.auth));
+  app.use('/api/v1', v1);
+
+  app.use(notFoundHandler);
+  app.use(errorMiddleware(deps.logger));
+  return app;
+}

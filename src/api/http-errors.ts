@@ -1,0 +1,92 @@
+import type { ErrorRequestHandler, RequestHandler } from 'express';
+import { DomainError, RateLimitedError, ValidationError } from '../domain/errors';
+import type { Logger } from '../logger';
+
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  409: 'Conflict',
+  413: 'Payload Too Large',
+  415: 'Unsupported Media Type',
+  422: 'Unprocessable Entity',
+  429: 'Too Many Requests',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+};
+
+export function statusText(status: number): string {
+  return STATUS_TEXT[status] ?? 'Error';
+}
+
+/** The default error body of the spec: `{statusCode, message, error}`. */
+export function errorBody(status: number, message: string | readonly string[]): Record<string, unknown> {
+  return { statusCode: status, message, error: statusText(status) };
+}
+
+const KIND_STATUS: Record<DomainError['kind'], number> = {
+  validation: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  not_found: 404,
+  conflict: 409,
+  rate_limited: 429,
+};
+
+/** The errors body-parser raises for what a client sent. */
+interface ClientHttpError {
+  readonly status: number;
+  readonly type?: string;
+}
+
+function isClientHttpError(error: unknown): error is ClientHttpError {
+  if (typeof error !== 'object' || error === null) return false;
+  const status = (error as { status?: unknown }).status;
+  return typeof status === 'number' && status >= 400 && status < 500;
+}
+
+/** Maps every error once to the spec's bodies; never leaks a stack or an internal message. */
+export function errorMiddleware(logger: Logger): ErrorRequestHandler {
+  return (error: unknown, req, res, _next) => {
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    if (error instanceof ValidationError) {
+      res.status(400).json({
+        ...errorBody(400, error.problems.map((p) => p.message)),
+        details: error.problems.map((p) => ({ field: p.field, message: p.message })),
+      });
+      return;
+    }
+    if (error instanceof RateLimitedError) {
+      res.setHeader('Retry-After', String(error.retryAfterSeconds));
+      res.status(429).json({ ...errorBody(429, 'Rate limit exceeded'), retryAfter: error.retryAfterSeconds });
+      return;
+    }
+    if (error instanceof DomainError) {
+      const status = KIND_STATUS[error.kind];
+      res.status(status).json(errorBody(status, error.message));
+      return;
+    }
+    if (isClientHttpError(error)) {
+      const message =
+        error.type === 'entity.parse.failed'
+          ? 'Malformed JSON in request body'
+          : error.type === 'entity.too.large'
+            ? 'Request body is too large'
+            : error.type === 'encoding.unsupported' || error.type === 'charset.unsupported'
+              ? 'Unsupported request body encoding'
+              : statusText(error.status);
+      res.status(error.status).json(errorBody(error.status, message));
+      return;
+    }
+    logger.error({ err: error, requestId: res.getHeader('X-Request-Id'), method: req.method, url: req.originalUrl }, 'unhandled error');
+    res.status(500).json(errorBody(500, 'Internal server error'));
+  };
+}
+
+export const notFoundHandler: RequestHandler = (req, res) => {
+  res.status(404).json(errorBody(404, `Cannot ${req.method} ${req.path}`));
+};

@@ -1,0 +1,53 @@
+import { randomUUID } from 'node:crypto';
+import type { RequestHandler } from 'express';
+import { errorBody } from './http-errors';
+
+const INCOMING_REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
+
+/** Every response carries `X-Request-Id`; a well-formed one from a proxy is kept. */
+export const requestId: RequestHandler = (req, res, next) => {
+  const incoming = req.get('X-Request-Id');
+  const id = incoming !== undefined && INCOMING_REQUEST_ID.test(incoming) ? incoming : randomUUID();
+  res.locals.requestId = id;
+  res.setHeader('X-Request-Id', id);
+  next();
+};
+
+/** CORS exactly as the interface says: one configured origin, credentials, fixed methods and headers. */
+export function cors(appOrigin: string | undefined): RequestHandler {
+  const origin = appOrigin === undefined ? undefined : new URL(appOrigin).origin;
+  return (req, res, next) => {
+    if (origin !== undefined) {
+      res.setHeader('Vary', 'Origin');
+      if (req.get('Origin') === origin) {
+        res.setHeader('Access-Control-Allow-Origin', origin);
+        res.setHeader('Access-Control-Allow-Credentials', 'true');
+      }
+    }
+    if (req.method === 'OPTIONS' && req.get('Access-Control-Request-Method') !== undefined) {
+      if (origin !== undefined && req.get('Origin') === origin) {
+        res.setHeader('Access-Control-Allow-Methods', 'GET, POST, PUT, DELETE, PATCH');
+        res.setHeader('Access-Control-Allow-Headers', 'Authorization, Content-Type');
+        res.setHeader('Access-Control-Max-Age', '600');
+      }
+      res.status(204).end();
+      return;
+    }
+    next();
+  };
+}
+
+/** A request with a body must say it is JSON: anything else is 415, never guessed. */
+export const requireJsonBody: RequestHandler = (req, res, next) => {
+  const length = req.get('Content-Length');
+  const hasBody = (length !== undefined && length !== '0') || req.get('Transfer-Encoding') !== undefined;
+  if (!hasBody) {
+    next();
+    return;
+  }
+  if (!req.is('application/json')) {
+    res.status(415).json(errorBody(415, 'Content-Type must be application/json'));
+    return;
+  }
+  next();
+};

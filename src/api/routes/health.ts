@@ -1,0 +1,23 @@
+import { Router } from 'express';
+
+export interface ReadinessReport {
+  readonly ready: boolean;
+  readonly checks: Readonly<Record<string, { readonly status: 'ok' | 'fail'; readonly detail?: string }>>;
+}
+
+export interface HealthDeps {
+  readonly readiness: () => Promise<ReadinessReport>;
+}
+
+/** Liveness needs nothing; readiness asks every dependency (decisions §8). */
+export function healthRoutes(deps: HealthDeps): Router {
+  const router = Router();
+  router.get('/health', (_req, res) => {
+    res.status(200).json({ status: 'ok', service: 'home-hub-cloud' });
+  });
+  router.get('/health/ready', async (_req, res) => {
+    const report = await deps.readiness();
+    res.status(report.ready ? 200 : 503).json({ status: report.ready ? 'ok' : 'unavailable', checks: report.checks });
+  });
+  return router;
+}

@@ -1,0 +1,148 @@
+import { randomUUID } from 'node:crypto';
+import { ConflictError } from '../domain/errors';
+import { userStream } from '../domain/events';
+import { crmCustomerStream, emailReservationStream, reservationDecider } from '../domain/reservation';
+import { USER_MESSAGES, userDecider, type CrmFields, type ExistingUser } from '../domain/user';
+import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
+import type { Watermark } from '../projections/watermark';
+import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
+
+export interface UserCommandDeps {
+  readonly eventStore: EventStore;
+  readonly watermark: Watermark;
+  readonly clock: Clock;
+  readonly readYourWritesTimeoutMs: number;
+}
+
+/** The sync-customer body after validation at the edge. */
+export interface SyncCustomerInput {
+  readonly id: number;
+  readonly user_id?: number | undefined;
+  readonly company_name?: string | undefined;
+  readonly first_name: string;
+  readonly last_name: string;
+  readonly email: string;
+  readonly user_type?: number | undefined;
+  readonly mrr?: string | undefined;
+  readonly active: boolean;
+  readonly contract_language?: string | undefined;
+  readonly created_by?: number | undefined;
+  readonly status?: number | undefined;
+}
+
+export interface SyncCustomerResult {
+  readonly user: ExistingUser;
+  readonly created: boolean;
+}
+
+export interface UserCommands {
+  syncCustomer(input: SyncCustomerInput, ctx: CommandContext): Promise<SyncCustomerResult>;
+}
+
+const crmReservation = reservationDecider('crm-customer');
+const emailReservation = reservationDecider('email');
+
+function crmFields(input: SyncCustomerInput): Partial<CrmFields> {
+  const fields: { -readonly [K in keyof CrmFields]?: CrmFields[K] } = {};
+  if (input.user_id !== undefined) fields.userId = input.user_id;
+  if (input.company_name !== undefined) fields.companyName = input.company_name;
+  if (input.user_type !== undefined) fields.userType = input.user_type;
+  if (input.mrr !== undefined) fields.mrr = input.mrr;
+  if (input.contract_language !== undefined) fields.contractLanguage = input.contract_language;
+  if (input.created_by !== undefined) fields.createdBy = input.created_by;
+  if (input.status !== undefined) fields.status = input.status;
+  return fields;
+}
+
+export function createUserCommands(deps: UserCommandDeps): UserCommands {
+  const { eventStore, clock } = deps;
+
+  /** Read-your-writes: answer only once the projections have applied what we appended. */
+  const settle = async (positions: ReadonlyArray<GlobalPosition | null>): Promise<void> => {
+    const last = positions.filter((p): p is GlobalPosition => p !== null).at(-1);
+    if (last !== undefined) await deps.watermark.waitFor(last, deps.readYourWritesTimeoutMs);
+  };
+
+  /** The user id of a CRM customer: the one already claimed, or a new one claimed now. */
+  const userIdForCustomer = async (syncId: number, ctx: CommandContext): Promise<{ userId: string; position: GlobalPosition | null }> => {
+    const stream = crmCustomerStream(syncId);
+    const { state } = await loadAggregate(eventStore, crmReservation.evolve, crmReservation.initialState, stream);
+    if (state.ownerId !== null) return { userId: state.ownerId, position: null };
+    const candidate = randomUUID();
+    try {
+      const claimed = await handleCommand(
+        eventStore,
+        crmReservation,
+        stream,
+        { type: 'Claim', data: { ownerId: candidate, conflictMessage: 'customer claimed concurrently' } },
+        ctx,
+        clock,
+      );
+      return { userId: candidate, position: claimed.position };
+    } catch (error) {
+      if (!(error instanceof ConflictError)) throw error;
+      // A concurrent sync of the same customer won: continue as that user.
+      const winner = await loadAggregate(eventStore, crmReservation.evolve, crmReservation.initialState, stream);
+      if (winner.state.ownerId === null) throw error;
+      return { userId: winner.state.ownerId, position: null };
+    }
+  };
+
+  return {
+    async syncCustomer(input, ctx) {
+      const now = clock.now().toISOString();
+      const { userId, position: claimPosition } = await userIdForCustomer(input.id, ctx);
+      const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
+      const previousEmail = before.state.exists ? before.state.email : null;
+
+      // The e-mail is unique across users: claim it before the user takes it.
+      if (previousEmail !== input.email) {
+        await handleCommand(
+          eventStore,
+          emailReservation,
+          emailReservationStream(input.email),
+          { type: 'Claim', data: { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId } },
+          ctx,
+          clock,
+        );
+      }
+
+      const result = await handleCommand(
+        eventStore,
+        userDecider,
+        userStream(userId),
+        {
+          type: 'SyncCustomer',
+          data: {
+            userId,
+            syncId: input.id,
+            email: input.email,
+            firstName: input.first_name,
+            lastName: input.last_name,
+            active: input.active,
+            crm: crmFields(input),
+            now,
+          },
+        },
+        ctx,
+        clock,
+      );
+
+      if (previousEmail !== null && previousEmail !== input.email) {
+        await handleCommand(
+          eventStore,
+          emailReservation,
+          emailReservationStream(previousEmail),
+          { type: 'Release', data: { ownerId: userId } },
+          ctx,
+          clock,
+        );
+      }
+
+      await settle([claimPosition, result.position]);
+      if (!result.state.exists) throw new Error('sync-customer left no user behind');
+      const created = result.events.some((e) => e.type === 'UserSynced' && e.data.created);
+      return { user: result.state, created };
+    },
+  };
+}

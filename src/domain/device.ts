@@ -1,0 +1,648 @@
+/**
+ * The device aggregate, stream `device-<deviceUuid>`, and the heartbeat events of the
+ * separate, short-lived stream `heartbeat-<deviceUuid>`.
+ *
+ * Life cycle: none → active → deleted → active (registered again) → ... The stream keeps
+ * the whole history. Each registration is a fresh start: a new internal `id` (carried by
+ * the command), no links but the registrant's, offline. Only the token generation `gen`
+ * survives, and moves on, so that no device token of an earlier life validates again.
+ */
+import type { Command, Decider, DomainEvent } from './messages';
+import { ConflictError, ForbiddenError, NotFoundError, UnauthorizedError } from './errors';
+
+export type JsonValue = string | number | boolean | null | readonly JsonValue[] | { readonly [key: string]: JsonValue };
+export type JsonObject = { readonly [key: string]: JsonValue };
+
+export const DEFAULT_DEVICE_PORT = '8123';
+
+export const DEVICE_MESSAGES = {
+  notFound: 'Device not found',
+  alreadyRegistered: 'Device already registered',
+  limitReached: 'Device limit reached',
+  onlyOwnerUpdates: 'Only the device owner can update device settings',
+  onlyOwnerShares: 'Only the device owner can share the device',
+  onlyOwnerRemovesOthers: 'Only the device owner can remove other users',
+  onlyOwnerDeletes: 'Only the device owner can delete the device',
+  onlyOwnerIssuesTokens: 'Only the device owner can request a device token',
+  lastOwner: 'A device must keep at least one owner',
+  userNotLinked: 'User is not linked to this device',
+  tokenRevoked: 'Token has been revoked',
+} as const;
+
+// ---------------------------------------------------------------------------------------
+// Roles and permissions
+
+export const DEVICE_ROLES = ['owner', 'editor', 'viewer'] as const;
+export type DeviceRole = (typeof DEVICE_ROLES)[number];
+
+export const DEVICE_PERMISSIONS = ['View', 'Control', 'Settings', 'Delete', 'Share'] as const;
+export type DevicePermission = (typeof DEVICE_PERMISSIONS)[number];
+
+/** The interface's role-permission table. */
+export const ROLE_PERMISSIONS: Readonly<Record<DeviceRole, Readonly<Record<DevicePermission, boolean>>>> = {
+  owner: { View: true, Control: true, Settings: true, Delete: true, Share: true },
+  editor: { View: true, Control: true, Settings: false, Delete: false, Share: false },
+  viewer: { View: true, Control: false, Settings: false, Delete: false, Share: false },
+};
+
+export function can(role: DeviceRole, permission: DevicePermission): boolean {
+  return ROLE_PERMISSIONS[role][permission];
+}
+
+// ---------------------------------------------------------------------------------------
+// State
+
+export interface DeviceLink {
+  readonly linkId: string;
+  readonly userId: string;
+  readonly role: DeviceRole;
+  readonly isActive: boolean;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+}
+
+export interface DeviceData {
+  /** Internal id of the current registration. */
+  readonly id: string;
+  readonly uuid: string;
+  readonly deviceId: string;
+  readonly name: string;
+  readonly ipAddress: string | null;
+  readonly port: string;
+  readonly metadata: JsonObject | null;
+  /** By user id; inactive links stay for the record. */
+  readonly links: Readonly<Record<string, DeviceLink>>;
+  /** Generation of the current device token; a token is valid only with this `gen`. */
+  readonly gen: number;
+  readonly isOnline: boolean;
+  /** Time of the heartbeat that last changed presence (the read side tracks every heartbeat). */
+  readonly lastSeenAt: string | null;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+}
+
+export type DeviceState =
+  | { readonly status: 'none' }
+  | ({ readonly status: 'active' } & DeviceData)
+  | ({ readonly status: 'deleted' } & DeviceData);
+
+export type ActiveDevice = Extract<DeviceState, { status: 'active' }>;
+
+/** The caller's role when it has an active link to an active device, else null. */
+export function activeRole(state: DeviceState, userId: string): DeviceRole | null {
+  if (state.status !== 'active') return null;
+  const link = state.links[userId];
+  return link !== undefined && link.isActive ? link.role : null;
+}
+
+// ---------------------------------------------------------------------------------------
+// Commands
+
+export interface DeviceChanges {
+  readonly name?: string;
+  readonly ipAddress?: string;
+  readonly port?: string;
+  readonly metadata?: JsonObject;
+}
+
+export type RegisterDevice = Command<
+  'RegisterDevice',
+  {
+    /** A new internal id (UUID) for this registration. */
+    readonly id: string;
+    readonly uuid: string;
+    readonly deviceId: string;
+    readonly name: string;
+    readonly ipAddress?: string | null;
+    readonly port?: string;
+    readonly metadata?: JsonObject | null;
+    readonly actorUserId: string;
+    /** Id of the owner link created for the caller. */
+    readonly linkId: string;
+    /** Active devices the caller owns now (from the read model). */
+    readonly ownedDeviceCount: number;
+    readonly maxDevicesPerUser: number;
+    readonly now: string;
+  }
+>;
+
+export type UpdateDevice = Command<
+  'UpdateDevice',
+  { readonly uuid: string; readonly actorUserId: string; readonly changes: DeviceChanges; readonly now: string }
+>;
+
+export type LinkUser = Command<
+  'LinkUser',
+  {
+    readonly uuid: string;
+    readonly actorUserId: string;
+    readonly targetUserId: string;
+    readonly role: DeviceRole;
+    /** Used only when the target has no link yet. */
+    readonly linkId: string;
+    readonly now: string;
+  }
+>;
+
+export type UnlinkUser = Command<
+  'UnlinkUser',
+  { readonly uuid: string; readonly actorUserId: string; readonly targetUserId: string; readonly now: string }
+>;
+
+export type DeleteDevice = Command<'DeleteDevice', { readonly uuid: string; readonly actorUserId: string; readonly now: string }>;
+
+export type IssueDeviceToken = Command<
+  'IssueDeviceToken',
+  { readonly uuid: string; readonly actorUserId: string; readonly now: string }
+>;
+
+export type RecordHeartbeat = Command<
+  'RecordHeartbeat',
+  {
+    readonly uuid: string;
+    /** The `gen` claim of the device token that authenticated the heartbeat. */
+    readonly tokenGen: number;
+    readonly ipAddress?: string;
+    readonly metadata?: JsonObject;
+    readonly now: string;
+  }
+>;
+
+export type MarkOffline = Command<
+  'MarkOffline',
+  {
+    readonly uuid: string;
+    /**
+     * The newest heartbeat the handler knows of (the last event of `heartbeat-<uuid>`),
+     * null when that stream is empty or aged out.
+     */
+    readonly lastHeartbeatAt: string | null;
+    readonly offlineAfterSeconds: number;
+    readonly now: string;
+  }
+>;
+
+export type DeviceCommand =
+  | RegisterDevice
+  | UpdateDevice
+  | LinkUser
+  | UnlinkUser
+  | DeleteDevice
+  | IssueDeviceToken
+  | RecordHeartbeat
+  | MarkOffline;
+
+// ---------------------------------------------------------------------------------------
+// Events
+
+export type DeviceRegistered = DomainEvent<
+  'DeviceRegistered',
+  {
+    readonly id: string;
+    readonly uuid: string;
+    readonly deviceId: string;
+    readonly name: string;
+    readonly ipAddress: string | null;
+    readonly port: string;
+    readonly metadata: JsonObject | null;
+    readonly gen: number;
+    readonly registeredAt: string;
+  }
+>;
+
+export type DeviceUpdated = DomainEvent<
+  'DeviceUpdated',
+  {
+    readonly uuid: string;
+    /** Only the fields that changed. */
+    readonly changes: DeviceChanges;
+    readonly source: 'user' | 'heartbeat';
+    readonly updatedAt: string;
+  }
+>;
+
+export type UserLinked = DomainEvent<
+  'UserLinked',
+  {
+    readonly uuid: string;
+    readonly linkId: string;
+    readonly userId: string;
+    readonly role: DeviceRole;
+    /** True when an inactive link was made active again (201 vs 200 at the API). */
+    readonly reactivated: boolean;
+    /** Creation of the link: the original one when reactivated. */
+    readonly createdAt: string;
+    readonly linkedAt: string;
+  }
+>;
+
+export type UserRoleChanged = DomainEvent<
+  'UserRoleChanged',
+  {
+    readonly uuid: string;
+    readonly linkId: string;
+    readonly userId: string;
+    readonly role: DeviceRole;
+    readonly previousRole: DeviceRole;
+    readonly changedAt: string;
+  }
+>;
+
+export type UserUnlinked = DomainEvent<
+  'UserUnlinked',
+  { readonly uuid: string; readonly linkId: string; readonly userId: string; readonly unlinkedAt: string }
+>;
+
+/** Every link becomes inactive and the device offline. */
+export type DeviceDeleted = DomainEvent<
+  'DeviceDeleted',
+  { readonly uuid: string; readonly id: string; readonly deletedAt: string }
+>;
+
+export type DeviceTokenIssued = DomainEvent<
+  'DeviceTokenIssued',
+  { readonly uuid: string; readonly gen: number; readonly issuedAt: string }
+>;
+
+export type DeviceWentOnline = DomainEvent<'DeviceWentOnline', { readonly uuid: string; readonly lastSeenAt: string }>;
+
+export type DeviceWentOffline = DomainEvent<
+  'DeviceWentOffline',
+  {
+    readonly uuid: string;
+    readonly reason: 'heartbeat-timeout';
+    readonly lastSeenAt: string | null;
+    readonly wentOfflineAt: string;
+  }
+>;
+
+export type DeviceEvent =
+  | DeviceRegistered
+  | DeviceUpdated
+  | UserLinked
+  | UserRoleChanged
+  | UserUnlinked
+  | DeviceDeleted
+  | DeviceTokenIssued
+  | DeviceWentOnline
+  | DeviceWentOffline;
+
+/** The only event of `heartbeat-<uuid>`. Deliberately tiny: the stream gets one every 30–60 s. */
+export type HeartbeatReceived = DomainEvent<'HeartbeatReceived', { readonly uuid: string; readonly receivedAt: string }>;
+
+export type HeartbeatEvent = HeartbeatReceived;
+
+/** The event to append to `heartbeat-<uuid>` for an accepted heartbeat (after `decide` accepted it). */
+export function heartbeatReceived(command: RecordHeartbeat): HeartbeatReceived {
+  return { type: 'HeartbeatReceived', data: { uuid: command.data.uuid, receivedAt: command.data.now } };
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+function plusSeconds(iso: string, seconds: number): string {
+  // Pure date arithmetic on a time the command carries, not a clock read.
+  return new Date(Date.parse(iso) + seconds * 1000).toISOString();
+}
+
+function later(a: string | null, b: string | null): string | null {
+  if (a === null) return b;
+  if (b === null) return a;
+  return Date.parse(a) >= Date.parse(b) ? a : b;
+}
+
+/** Structural equality of JSON values; object key order does not matter. */
+export function jsonEqual(a: JsonValue | undefined, b: JsonValue | undefined): boolean {
+  if (a === b) return true;
+  if (a === null || b === null || a === undefined || b === undefined) return false;
+  if (typeof a !== 'object' || typeof b !== 'object') return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+    return a.every((item: JsonValue, i: number) => jsonEqual(item, b[i] as JsonValue));
+  }
+  const objA = a as JsonObject;
+  const objB = b as JsonObject;
+  const keysA = Object.keys(objA);
+  if (keysA.length !== Object.keys(objB).length) return false;
+  return keysA.every((key) => Object.prototype.hasOwnProperty.call(objB, key) && jsonEqual(objA[key], objB[key]));
+}
+
+/**
+ * When an online device is due offline: the later of the newest heartbeat the caller knows
+ * and the one the device stream recorded, plus the timeout. Null when it is not online.
+ * The expiry job re-delays itself to this instant when `MarkOffline` emitted nothing.
+ */
+export function offlineDeadline(
+  state: DeviceState,
+  lastHeartbeatAt: string | null,
+  offlineAfterSeconds: number,
+): string | null {
+  if (state.status !== 'active' || !state.isOnline) return null;
+  const last = later(lastHeartbeatAt, state.lastSeenAt) ?? state.updatedAt;
+  return plusSeconds(last, offlineAfterSeconds);
+}
+
+/** 404 without an active link (the device's existence stays hidden), 403 without the permission. */
+function authorize(
+  state: DeviceState,
+  actorUserId: string,
+  permission: DevicePermission,
+  forbiddenMessage: string,
+): ActiveDevice {
+  if (state.status !== 'active') throw new NotFoundError(DEVICE_MESSAGES.notFound);
+  const role = activeRole(state, actorUserId);
+  if (role === null) throw new NotFoundError(DEVICE_MESSAGES.notFound);
+  if (!can(role, permission)) throw new ForbiddenError(forbiddenMessage);
+  return state;
+}
+
+function activeOwnerCount(device: ActiveDevice): number {
+  return Object.values(device.links).filter((link) => link.isActive && link.role === 'owner').length;
+}
+
+function requireAnotherOwner(device: ActiveDevice, leavingUserId: string): void {
+  const leaving = device.links[leavingUserId];
+  const isActiveOwner = leaving !== undefined && leaving.isActive && leaving.role === 'owner';
+  if (isActiveOwner && activeOwnerCount(device) <= 1) throw new ConflictError(DEVICE_MESSAGES.lastOwner);
+}
+
+function changedFields(device: ActiveDevice, changes: DeviceChanges): DeviceChanges {
+  return {
+    ...(changes.name !== undefined && changes.name !== device.name ? { name: changes.name } : {}),
+    ...(changes.ipAddress !== undefined && changes.ipAddress !== device.ipAddress ? { ipAddress: changes.ipAddress } : {}),
+    ...(changes.port !== undefined && changes.port !== device.port ? { port: changes.port } : {}),
+    ...(changes.metadata !== undefined && !jsonEqual(changes.metadata, device.metadata)
+      ? { metadata: changes.metadata }
+      : {}),
+  };
+}
+
+function isEmpty(changes: DeviceChanges): boolean {
+  return Object.keys(changes).length === 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Decide
+
+function decideRegister(command: RegisterDevice, state: DeviceState): DeviceEvent[] {
+  const c = command.data;
+  if (state.status === 'active') throw new ConflictError(DEVICE_MESSAGES.alreadyRegistered);
+  if (c.ownedDeviceCount >= c.maxDevicesPerUser) throw new ConflictError(DEVICE_MESSAGES.limitReached);
+  return [
+    {
+      type: 'DeviceRegistered',
+      data: {
+        id: c.id,
+        uuid: c.uuid,
+        deviceId: c.deviceId,
+        name: c.name,
+        ipAddress: c.ipAddress ?? null,
+        port: c.port ?? DEFAULT_DEVICE_PORT,
+        metadata: c.metadata ?? null,
+        gen: state.status === 'none' ? 0 : state.gen + 1,
+        registeredAt: c.now,
+      },
+    },
+    {
+      type: 'UserLinked',
+      data: {
+        uuid: c.uuid,
+        linkId: c.linkId,
+        userId: c.actorUserId,
+        role: 'owner',
+        reactivated: false,
+        createdAt: c.now,
+        linkedAt: c.now,
+      },
+    },
+  ];
+}
+
+function decideUpdate(command: UpdateDevice, state: DeviceState): DeviceEvent[] {
+  const c = command.data;
+  const device = authorize(state, c.actorUserId, 'Settings', DEVICE_MESSAGES.onlyOwnerUpdates);
+  const changes = changedFields(device, c.changes);
+  if (isEmpty(changes)) return [];
+  return [{ type: 'DeviceUpdated', data: { uuid: device.uuid, changes, source: 'user', updatedAt: c.now } }];
+}
+
+function decideLink(command: LinkUser, state: DeviceState): DeviceEvent[] {
+  const c = command.data;
+  const device = authorize(state, c.actorUserId, 'Share', DEVICE_MESSAGES.onlyOwnerShares);
+  const existing = device.links[c.targetUserId];
+
+  if (existing === undefined || !existing.isActive) {
+    return [
+      {
+        type: 'UserLinked',
+        data: {
+          uuid: device.uuid,
+          linkId: existing?.linkId ?? c.linkId,
+          userId: c.targetUserId,
+          role: c.role,
+          reactivated: existing !== undefined,
+          createdAt: existing?.createdAt ?? c.now,
+          linkedAt: c.now,
+        },
+      },
+    ];
+  }
+
+  if (existing.role === c.role) return [];
+  if (c.role !== 'owner') requireAnotherOwner(device, c.targetUserId);
+  return [
+    {
+      type: 'UserRoleChanged',
+      data: {
+        uuid: device.uuid,
+        linkId: existing.linkId,
+        userId: c.targetUserId,
+        role: c.role,
+        previousRole: existing.role,
+        changedAt: c.now,
+      },
+    },
+  ];
+}
+
+function decideUnlink(command: UnlinkUser, state: DeviceState): DeviceEvent[] {
+  const c = command.data;
+  const removingSelf = c.actorUserId === c.targetUserId;
+  const device = authorize(state, c.actorUserId, removingSelf ? 'View' : 'Share', DEVICE_MESSAGES.onlyOwnerRemovesOthers);
+  const target = device.links[c.targetUserId];
+  if (target === undefined || !target.isActive) throw new NotFoundError(DEVICE_MESSAGES.userNotLinked);
+  requireAnotherOwner(device, c.targetUserId);
+  return [
+    {
+      type: 'UserUnlinked',
+      data: { uuid: device.uuid, linkId: target.linkId, userId: c.targetUserId, unlinkedAt: c.now },
+    },
+  ];
+}
+
+function decideDelete(command: DeleteDevice, state: DeviceState): DeviceEvent[] {
+  const c = command.data;
+  const device = authorize(state, c.actorUserId, 'Delete', DEVICE_MESSAGES.onlyOwnerDeletes);
+  return [{ type: 'DeviceDeleted', data: { uuid: device.uuid, id: device.id, deletedAt: c.now } }];
+}
+
+function decideIssueToken(command: IssueDeviceToken, state: DeviceState): DeviceEvent[] {
+  const c = command.data;
+  const device = authorize(state, c.actorUserId, 'Settings', DEVICE_MESSAGES.onlyOwnerIssuesTokens);
+  return [{ type: 'DeviceTokenIssued', data: { uuid: device.uuid, gen: device.gen + 1, issuedAt: c.now } }];
+}
+
+/**
+ * A heartbeat is authenticated by a device token, so a deleted device or an older token
+ * generation is a revoked token (decisions §4), not a missing device.
+ */
+function decideHeartbeat(command: RecordHeartbeat, state: DeviceState): DeviceEvent[] {
+  const c = command.data;
+  if (state.status !== 'active' || c.tokenGen !== state.gen) throw new UnauthorizedError(DEVICE_MESSAGES.tokenRevoked);
+  const events: DeviceEvent[] = [];
+  if (!state.isOnline) {
+    events.push({ type: 'DeviceWentOnline', data: { uuid: state.uuid, lastSeenAt: c.now } });
+  }
+  const changes = changedFields(state, {
+    ...(c.ipAddress !== undefined ? { ipAddress: c.ipAddress } : {}),
+    ...(c.metadata !== undefined ? { metadata: c.metadata } : {}),
+  });
+  if (!isEmpty(changes)) {
+    events.push({ type: 'DeviceUpdated', data: { uuid: state.uuid, changes, source: 'heartbeat', updatedAt: c.now } });
+  }
+  return events;
+}
+
+/**
+ * Fired by the expiry job. Emits nothing when the device is not online (already offline,
+ * deleted, never registered) or when a heartbeat newer than the one the job was scheduled
+ * for keeps it alive: the job then re-delays itself to `offlineDeadline(...)`.
+ */
+function decideMarkOffline(command: MarkOffline, state: DeviceState): DeviceEvent[] {
+  const c = command.data;
+  const deadline = offlineDeadline(state, c.lastHeartbeatAt, c.offlineAfterSeconds);
+  if (state.status !== 'active' || deadline === null) return [];
+  if (Date.parse(c.now) < Date.parse(deadline)) return [];
+  return [
+    {
+      type: 'DeviceWentOffline',
+      data: {
+        uuid: state.uuid,
+        reason: 'heartbeat-timeout',
+        lastSeenAt: later(c.lastHeartbeatAt, state.lastSeenAt),
+        wentOfflineAt: c.now,
+      },
+    },
+  ];
+}
+
+export function decideDevice(command: DeviceCommand, state: DeviceState): DeviceEvent[] {
+  switch (command.type) {
+    case 'RegisterDevice':
+      return decideRegister(command, state);
+    case 'UpdateDevice':
+      return decideUpdate(command, state);
+    case 'LinkUser':
+      return decideLink(command, state);
+    case 'UnlinkUser':
+      return decideUnlink(command, state);
+    case 'DeleteDevice':
+      return decideDelete(command, state);
+    case 'IssueDeviceToken':
+      return decideIssueToken(command, state);
+    case 'RecordHeartbeat':
+      return decideHeartbeat(command, state);
+    case 'MarkOffline':
+      return decideMarkOffline(command, state);
+    default: {
+      const _exhaustive: never = command;
+      return _exhaustive;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Evolve
+
+export function initialDeviceState(): DeviceState {
+  return { status: 'none' };
+}
+
+function withLink(device: ActiveDevice, link: DeviceLink): ActiveDevice {
+  return { ...device, links: { ...device.links, [link.userId]: link } };
+}
+
+export function evolveDevice(state: DeviceState, event: DeviceEvent): DeviceState {
+  if (event.type === 'DeviceRegistered') {
+    const e = event.data;
+    return {
+      status: 'active',
+      id: e.id,
+      uuid: e.uuid,
+      deviceId: e.deviceId,
+      name: e.name,
+      ipAddress: e.ipAddress,
+      port: e.port,
+      metadata: e.metadata,
+      links: {},
+      gen: e.gen,
+      isOnline: false,
+      lastSeenAt: null,
+      createdAt: e.registeredAt,
+      updatedAt: e.registeredAt,
+    };
+  }
+  if (state.status !== 'active') return state;
+
+  switch (event.type) {
+    case 'DeviceUpdated':
+      return { ...state, ...event.data.changes, updatedAt: event.data.updatedAt };
+    case 'UserLinked': {
+      const e = event.data;
+      return withLink(state, {
+        linkId: e.linkId,
+        userId: e.userId,
+        role: e.role,
+        isActive: true,
+        createdAt: e.createdAt,
+        updatedAt: e.linkedAt,
+      });
+    }
+    case 'UserRoleChanged': {
+      const link = state.links[event.data.userId];
+      if (link === undefined) return state;
+      return withLink(state, { ...link, role: event.data.role, updatedAt: event.data.changedAt });
+    }
+    case 'UserUnlinked': {
+      const link = state.links[event.data.userId];
+      if (link === undefined) return state;
+      return withLink(state, { ...link, isActive: false, updatedAt: event.data.unlinkedAt });
+    }
+    case 'DeviceDeleted': {
+      const at = event.data.deletedAt;
+      const links = Object.fromEntries(
+        Object.entries(state.links).map(([userId, link]) => [
+          userId,
+          link.isActive ? { ...link, isActive: false, updatedAt: at } : link,
+        ]),
+      );
+      return { ...state, status: 'deleted', links, isOnline: false, updatedAt: at };
+    }
+    case 'DeviceTokenIssued':
+      return { ...state, gen: event.data.gen };
+    case 'DeviceWentOnline':
+      return { ...state, isOnline: true, lastSeenAt: event.data.lastSeenAt };
+    case 'DeviceWentOffline':
+      return { ...state, isOnline: false, lastSeenAt: event.data.lastSeenAt ?? state.lastSeenAt };
+    default: {
+      const _exhaustive: never = event;
+      return _exhaustive;
+    }
+  }
+}
+
+export const deviceDecider: Decider<DeviceState, DeviceCommand, DeviceEvent> = {
+  initialState: initialDeviceState,
+  evolve: evolveDevice,
+  decide: decideDevice,
+};

@@ -1,0 +1,280 @@
+/**
+ * The session aggregate: one refresh-token family per login, stream `session-<familyId>`.
+ * Tokens are known by their `jti` only; no event holds a refresh token.
+ *
+ * Reuse of a rotated token is both a state change and a failure: `decide` returns
+ * `RefreshReuseDetected` + `RefreshRevoked` (they must be appended) and the handler then
+ * answers 401. `rotationOutcome(events)` tells the handler which of the two it is.
+ */
+import type { Command, Decider, DomainEvent } from './messages';
+import { ConflictError, UnauthorizedError } from './errors';
+
+export const REFRESH_TOKEN_TTL_SECONDS = 30 * 24 * 60 * 60;
+
+export const SESSION_MESSAGES = {
+  invalid: 'Invalid refresh token',
+  expired: 'Refresh token has expired',
+  revoked: 'Refresh token has been revoked',
+  familyExists: 'Session family already exists',
+} as const;
+
+export type RefreshStatus = 'active' | 'rotated' | 'revoked';
+export type RevokeReason = 'logout' | 'reuse' | 'password-reset' | 'deactivated';
+
+export interface RefreshRecord {
+  readonly jti: string;
+  readonly status: RefreshStatus;
+  readonly issuedAt: string;
+  readonly expiresAt: string;
+  readonly replacedBy: string | null;
+}
+
+export interface OpenSession {
+  readonly exists: true;
+  readonly familyId: string;
+  readonly userId: string;
+  readonly revoked: boolean;
+  readonly revokedReason: RevokeReason | null;
+  readonly tokens: Readonly<Record<string, RefreshRecord>>;
+}
+
+export type SessionState = { readonly exists: false } | OpenSession;
+
+// ---------------------------------------------------------------------------------------
+// Commands
+
+interface ClientInfo {
+  readonly ip: string | null;
+  readonly userAgent: string | null;
+}
+
+export type IssueRefresh = Command<
+  'IssueRefresh',
+  { readonly familyId: string; readonly jti: string; readonly userId: string; readonly now: string } & ClientInfo
+>;
+
+export type RotateRefresh = Command<
+  'RotateRefresh',
+  {
+    readonly familyId: string;
+    /** The presented token's jti. */
+    readonly jti: string;
+    /** The jti of the token that replaces it. */
+    readonly newJti: string;
+    readonly now: string;
+  } & ClientInfo
+>;
+
+export type RevokeFamily = Command<
+  'RevokeFamily',
+  { readonly familyId: string; readonly reason: RevokeReason; readonly now: string }
+>;
+
+export type SessionCommand = IssueRefresh | RotateRefresh | RevokeFamily;
+
+// ---------------------------------------------------------------------------------------
+// Events
+
+export type RefreshIssued = DomainEvent<
+  'RefreshIssued',
+  {
+    readonly familyId: string;
+    readonly jti: string;
+    readonly userId: string;
+    readonly issuedAt: string;
+    /** The JWT's `exp` is derived from this. */
+    readonly expiresAt: string;
+  } & ClientInfo
+>;
+
+export type RefreshRotated = DomainEvent<
+  'RefreshRotated',
+  { readonly familyId: string; readonly jti: string; readonly replacedBy: string; readonly rotatedAt: string }
+>;
+
+export type RefreshReuseDetected = DomainEvent<
+  'RefreshReuseDetected',
+  {
+    readonly familyId: string;
+    readonly userId: string;
+    /** The rotated token that was presented again. */
+    readonly jti: string;
+    readonly detectedAt: string;
+  } & ClientInfo
+>;
+
+export type RefreshRevoked = DomainEvent<
+  'RefreshRevoked',
+  { readonly familyId: string; readonly userId: string; readonly reason: RevokeReason; readonly revokedAt: string }
+>;
+
+export type SessionEvent = RefreshIssued | RefreshRotated | RefreshReuseDetected | RefreshRevoked;
+
+// ---------------------------------------------------------------------------------------
+// Decide
+
+function plusSeconds(iso: string, seconds: number): string {
+  // Pure date arithmetic on a time the command carries, not a clock read.
+  return new Date(Date.parse(iso) + seconds * 1000).toISOString();
+}
+
+function issued(familyId: string, jti: string, userId: string, now: string, client: ClientInfo): RefreshIssued {
+  return {
+    type: 'RefreshIssued',
+    data: {
+      familyId,
+      jti,
+      userId,
+      issuedAt: now,
+      expiresAt: plusSeconds(now, REFRESH_TOKEN_TTL_SECONDS),
+      ip: client.ip,
+      userAgent: client.userAgent,
+    },
+  };
+}
+
+function decideIssue(command: IssueRefresh, state: SessionState): SessionEvent[] {
+  const c = command.data;
+  if (state.exists) throw new ConflictError(SESSION_MESSAGES.familyExists);
+  return [issued(c.familyId, c.jti, c.userId, c.now, c)];
+}
+
+/**
+ * Order of the checks: unknown → expired → revoked → rotated (reuse) → active. Expiry
+ * comes first to agree with the JWT check at the edge, which refuses an expired token
+ * before this decider sees it.
+ */
+function decideRotate(command: RotateRefresh, state: SessionState): SessionEvent[] {
+  const c = command.data;
+  const token = state.exists ? state.tokens[c.jti] : undefined;
+  if (!state.exists || token === undefined) throw new UnauthorizedError(SESSION_MESSAGES.invalid);
+  if (Date.parse(c.now) >= Date.parse(token.expiresAt)) throw new UnauthorizedError(SESSION_MESSAGES.expired);
+  if (state.revoked || token.status === 'revoked') throw new UnauthorizedError(SESSION_MESSAGES.revoked);
+
+  if (token.status === 'rotated') {
+    return [
+      {
+        type: 'RefreshReuseDetected',
+        data: {
+          familyId: state.familyId,
+          userId: state.userId,
+          jti: c.jti,
+          detectedAt: c.now,
+          ip: c.ip,
+          userAgent: c.userAgent,
+        },
+      },
+      {
+        type: 'RefreshRevoked',
+        data: { familyId: state.familyId, userId: state.userId, reason: 'reuse', revokedAt: c.now },
+      },
+    ];
+  }
+
+  return [
+    { type: 'RefreshRotated', data: { familyId: state.familyId, jti: c.jti, replacedBy: c.newJti, rotatedAt: c.now } },
+    issued(state.familyId, c.newJti, state.userId, c.now, c),
+  ];
+}
+
+/** Idempotent: an unknown or already revoked family gives no events. */
+function decideRevoke(command: RevokeFamily, state: SessionState): SessionEvent[] {
+  const c = command.data;
+  if (!state.exists || state.revoked) return [];
+  return [
+    {
+      type: 'RefreshRevoked',
+      data: { familyId: state.familyId, userId: state.userId, reason: c.reason, revokedAt: c.now },
+    },
+  ];
+}
+
+export function decideSession(command: SessionCommand, state: SessionState): SessionEvent[] {
+  switch (command.type) {
+    case 'IssueRefresh':
+      return decideIssue(command, state);
+    case 'RotateRefresh':
+      return decideRotate(command, state);
+    case 'RevokeFamily':
+      return decideRevoke(command, state);
+    default: {
+      const _exhaustive: never = command;
+      return _exhaustive;
+    }
+  }
+}
+
+export type RotationOutcome =
+  | { readonly ok: true; readonly issued: RefreshIssued['data'] }
+  | { readonly ok: false; readonly error: UnauthorizedError };
+
+/**
+ * What a `RotateRefresh` decision means for the caller. The handler appends the events
+ * whatever the outcome, then answers with `issued` or throws `error`.
+ */
+export function rotationOutcome(events: readonly SessionEvent[]): RotationOutcome {
+  if (events.some((event) => event.type === 'RefreshReuseDetected')) {
+    return { ok: false, error: new UnauthorizedError(SESSION_MESSAGES.revoked) };
+  }
+  const newToken = events.find((event): event is RefreshIssued => event.type === 'RefreshIssued');
+  if (newToken === undefined) return { ok: false, error: new UnauthorizedError(SESSION_MESSAGES.invalid) };
+  return { ok: true, issued: newToken.data };
+}
+
+// ---------------------------------------------------------------------------------------
+// Evolve
+
+export function initialSessionState(): SessionState {
+  return { exists: false };
+}
+
+function withToken(session: OpenSession, token: RefreshRecord): OpenSession {
+  return { ...session, tokens: { ...session.tokens, [token.jti]: token } };
+}
+
+export function evolveSession(state: SessionState, event: SessionEvent): SessionState {
+  switch (event.type) {
+    case 'RefreshIssued': {
+      const e = event.data;
+      const session: OpenSession = state.exists
+        ? state
+        : { exists: true, familyId: e.familyId, userId: e.userId, revoked: false, revokedReason: null, tokens: {} };
+      return withToken(session, {
+        jti: e.jti,
+        status: 'active',
+        issuedAt: e.issuedAt,
+        expiresAt: e.expiresAt,
+        replacedBy: null,
+      });
+    }
+    case 'RefreshRotated': {
+      if (!state.exists) return state;
+      const token = state.tokens[event.data.jti];
+      if (token === undefined) return state;
+      return withToken(state, { ...token, status: 'rotated', replacedBy: event.data.replacedBy });
+    }
+    case 'RefreshReuseDetected':
+      // Recorded for auditors; the revocation that follows changes the state.
+      return state;
+    case 'RefreshRevoked': {
+      if (!state.exists) return state;
+      const tokens = Object.fromEntries(
+        Object.entries(state.tokens).map(([jti, token]) => [
+          jti,
+          token.status === 'active' ? { ...token, status: 'revoked' as const } : token,
+        ]),
+      );
+      return { ...state, revoked: true, revokedReason: event.data.reason, tokens };
+    }
+    default: {
+      const _exhaustive: never = event;
+      return _exhaustive;
+    }
+  }
+}
+
+export const sessionDecider: Decider<SessionState, SessionCommand, SessionEvent> = {
+  initialState: initialSessionState,
+  evolve: evolveSession,
+  decide: decideSession,
+};

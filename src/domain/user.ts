@@ -1,0 +1,450 @@
+/**
+ * The user aggregate, stream `user-<userId>`.
+ *
+ * Users are created and updated by the CRM (`SyncCustomer`); passwords are never part of
+ * an event or of the state: the state keeps a `passwordVersion` counter and the command
+ * handler stores the argon2id hash outside the event store, keyed by user and version.
+ * A reset token is only ever seen here as its hash.
+ *
+ * The role (`user` | `admin`) is not decided here: it follows from `ADMIN_EMAILS`, which is
+ * configuration, so `roleForEmail` is applied where a role is read (login, /users/me).
+ * Recording it in events would freeze a configuration value into history and leave a
+ * changed `ADMIN_EMAILS` without effect until the CRM happened to re-sync the user.
+ */
+import type { Command, Decider, DomainEvent } from './messages';
+import { BadRequestError, ConflictError, ForbiddenError, NotFoundError } from './errors';
+
+export const PASSWORD_RESET_TTL_SECONDS = 3600;
+export const DEFAULT_TIMEZONE = 'UTC';
+
+export const USER_MESSAGES = {
+  notFound: 'User not found',
+  inactive: 'Account is inactive',
+  emailTakenBySyncId: 'Email already exists with a different sync_id',
+  invalidResetToken: 'Invalid or expired reset token',
+} as const;
+
+export type UserRole = 'user' | 'admin';
+
+/** `admin` when the e-mail is listed in ADMIN_EMAILS (compared case-insensitively). */
+export function roleForEmail(email: string, adminEmails: readonly string[]): UserRole {
+  const normalized = email.trim().toLowerCase();
+  return adminEmails.some((admin) => admin.trim().toLowerCase() === normalized) ? 'admin' : 'user';
+}
+
+export interface UserProfile {
+  readonly avatar: string | null;
+  readonly timezone: string;
+  /** Null until set; the CRM's contract language fills it when it is null. */
+  readonly language: string | null;
+}
+
+/** The optional CRM fields of sync-customer, kept on the user as `crm`. */
+export interface CrmFields {
+  readonly userId: number | null;
+  readonly companyName: string | null;
+  readonly userType: number | null;
+  /** A decimal string (e.g. "1234.50"), never a float. */
+  readonly mrr: string | null;
+  readonly contractLanguage: string | null;
+  readonly createdBy: number | null;
+  readonly status: number | null;
+}
+
+export const EMPTY_CRM: CrmFields = {
+  userId: null,
+  companyName: null,
+  userType: null,
+  mrr: null,
+  contractLanguage: null,
+  createdBy: null,
+  status: null,
+};
+
+export interface PendingReset {
+  readonly resetTokenHash: string;
+  readonly expiresAt: string;
+  readonly used: boolean;
+}
+
+export interface ExistingUser {
+  readonly exists: true;
+  readonly userId: string;
+  readonly syncId: number;
+  readonly email: string;
+  readonly firstName: string;
+  readonly lastName: string;
+  readonly isActive: boolean;
+  readonly isEmailVerified: boolean;
+  readonly profile: UserProfile;
+  readonly crm: CrmFields;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  /** 0 = no password of the user's own (a synced user); +1 on every change. */
+  readonly passwordVersion: number;
+  readonly pendingReset: PendingReset | null;
+}
+
+export type UserState = { readonly exists: false } | ExistingUser;
+
+// ---------------------------------------------------------------------------------------
+// Commands
+
+export type SyncCustomer = Command<
+  'SyncCustomer',
+  {
+    /** The user's id: the existing one, or a freshly generated UUID when the CRM id is new. */
+    readonly userId: string;
+    /** The CRM customer id (`id` of the body). */
+    readonly syncId: number;
+    /** Expected normalized (trimmed, lower-case) by the edge. */
+    readonly email: string;
+    readonly firstName: string;
+    readonly lastName: string;
+    readonly active: boolean;
+    /**
+     * The optional CRM fields. A field left out keeps its previous value; an explicit null
+     * clears it.
+     */
+    readonly crm?: Partial<CrmFields>;
+    readonly now: string;
+  }
+>;
+
+export type ChangePassword = Command<'ChangePassword', { readonly userId: string; readonly now: string }>;
+
+export type RequestPasswordReset = Command<
+  'RequestPasswordReset',
+  { readonly userId: string; readonly resetTokenHash: string; readonly now: string }
+>;
+
+export type ConfirmPasswordReset = Command<
+  'ConfirmPasswordReset',
+  { readonly userId: string; readonly resetTokenHash: string; readonly now: string }
+>;
+
+export type UserCommand = SyncCustomer | ChangePassword | RequestPasswordReset | ConfirmPasswordReset;
+
+// ---------------------------------------------------------------------------------------
+// Events
+
+export type UserSynced = DomainEvent<
+  'UserSynced',
+  {
+    readonly userId: string;
+    /** True when this sync created the user. */
+    readonly created: boolean;
+    readonly syncId: number;
+    readonly email: string;
+    readonly firstName: string;
+    readonly lastName: string;
+    /** False again when the e-mail changed. */
+    readonly isEmailVerified: boolean;
+    readonly profile: UserProfile;
+    readonly crm: CrmFields;
+    /** Also the user's `createdAt` when `created`, and its `updatedAt` in any case. */
+    readonly syncedAt: string;
+  }
+>;
+
+export type UserDeactivated = DomainEvent<
+  'UserDeactivated',
+  { readonly userId: string; readonly reason: 'crm'; readonly deactivatedAt: string }
+>;
+
+export type UserReactivated = DomainEvent<
+  'UserReactivated',
+  { readonly userId: string; readonly reason: 'crm'; readonly reactivatedAt: string }
+>;
+
+export type PasswordChangeReason = 'change' | 'reset';
+
+export type PasswordChanged = DomainEvent<
+  'PasswordChanged',
+  {
+    readonly userId: string;
+    readonly reason: PasswordChangeReason;
+    /** The version the new hash is stored under. */
+    readonly passwordVersion: number;
+    readonly changedAt: string;
+  }
+>;
+
+export type PasswordResetRequested = DomainEvent<
+  'PasswordResetRequested',
+  {
+    readonly userId: string;
+    /** A hash of the token sent by mail, never the token. */
+    readonly resetTokenHash: string;
+    readonly requestedAt: string;
+    readonly expiresAt: string;
+  }
+>;
+
+/** Confirming a reset proves control of the mailbox. */
+export type EmailVerified = DomainEvent<
+  'EmailVerified',
+  { readonly userId: string; readonly email: string; readonly verifiedAt: string }
+>;
+
+export type UserEvent =
+  | UserSynced
+  | UserDeactivated
+  | UserReactivated
+  | PasswordChanged
+  | PasswordResetRequested
+  | EmailVerified;
+
+// ---------------------------------------------------------------------------------------
+// Decide
+
+function plusSeconds(iso: string, seconds: number): string {
+  // Pure date arithmetic on a time the command carries, not a clock read.
+  return new Date(Date.parse(iso) + seconds * 1000).toISOString();
+}
+
+function mergeCrm(current: CrmFields, update: Partial<CrmFields> | undefined): CrmFields {
+  if (update === undefined) return current;
+  const pick = <K extends keyof CrmFields>(key: K): CrmFields[K] => {
+    const value = update[key];
+    return value === undefined ? current[key] : value;
+  };
+  return {
+    userId: pick('userId'),
+    companyName: pick('companyName'),
+    userType: pick('userType'),
+    mrr: pick('mrr'),
+    contractLanguage: pick('contractLanguage'),
+    createdBy: pick('createdBy'),
+    status: pick('status'),
+  };
+}
+
+function sameCrm(a: CrmFields, b: CrmFields): boolean {
+  return (Object.keys(a) as (keyof CrmFields)[]).every((key) => a[key] === b[key]);
+}
+
+function sameProfile(a: UserProfile, b: UserProfile): boolean {
+  return a.avatar === b.avatar && a.timezone === b.timezone && a.language === b.language;
+}
+
+function decideSync(command: SyncCustomer, state: UserState): UserEvent[] {
+  const c = command.data;
+
+  if (!state.exists) {
+    const crm = mergeCrm(EMPTY_CRM, c.crm);
+    const events: UserEvent[] = [
+      {
+        type: 'UserSynced',
+        data: {
+          userId: c.userId,
+          created: true,
+          syncId: c.syncId,
+          email: c.email,
+          firstName: c.firstName,
+          lastName: c.lastName,
+          isEmailVerified: false,
+          profile: { avatar: null, timezone: DEFAULT_TIMEZONE, language: crm.contractLanguage },
+          crm,
+          syncedAt: c.now,
+        },
+      },
+    ];
+    if (!c.active) {
+      events.push({ type: 'UserDeactivated', data: { userId: c.userId, reason: 'crm', deactivatedAt: c.now } });
+    }
+    return events;
+  }
+
+  if (state.syncId !== c.syncId) throw new ConflictError(USER_MESSAGES.emailTakenBySyncId);
+
+  const crm = mergeCrm(state.crm, c.crm);
+  const profile: UserProfile =
+    state.profile.language === null && crm.contractLanguage !== null
+      ? { ...state.profile, language: crm.contractLanguage }
+      : state.profile;
+  const emailChanged = c.email !== state.email;
+  const changed =
+    emailChanged ||
+    c.firstName !== state.firstName ||
+    c.lastName !== state.lastName ||
+    !sameCrm(crm, state.crm) ||
+    !sameProfile(profile, state.profile);
+
+  const events: UserEvent[] = [];
+  if (changed) {
+    events.push({
+      type: 'UserSynced',
+      data: {
+        userId: state.userId,
+        created: false,
+        syncId: c.syncId,
+        email: c.email,
+        firstName: c.firstName,
+        lastName: c.lastName,
+        isEmailVerified: emailChanged ? false : state.isEmailVerified,
+        profile,
+        crm,
+        syncedAt: c.now,
+      },
+    });
+  }
+  if (c.active && !state.isActive) {
+    events.push({ type: 'UserReactivated', data: { userId: state.userId, reason: 'crm', reactivatedAt: c.now } });
+  }
+  if (!c.active && state.isActive) {
+    events.push({ type: 'UserDeactivated', data: { userId: state.userId, reason: 'crm', deactivatedAt: c.now } });
+  }
+  return events;
+}
+
+function requireActiveUser(state: UserState): ExistingUser {
+  if (!state.exists) throw new NotFoundError(USER_MESSAGES.notFound);
+  if (!state.isActive) throw new ForbiddenError(USER_MESSAGES.inactive);
+  return state;
+}
+
+function decideChangePassword(command: ChangePassword, state: UserState): UserEvent[] {
+  const user = requireActiveUser(state);
+  return [
+    {
+      type: 'PasswordChanged',
+      data: {
+        userId: user.userId,
+        reason: 'change',
+        passwordVersion: user.passwordVersion + 1,
+        changedAt: command.data.now,
+      },
+    },
+  ];
+}
+
+/**
+ * No events for an unknown or inactive user: the endpoint answers 202 either way and
+ * sends no mail when nothing was appended.
+ */
+function decideRequestReset(command: RequestPasswordReset, state: UserState): UserEvent[] {
+  if (!state.exists || !state.isActive) return [];
+  const { resetTokenHash, now } = command.data;
+  return [
+    {
+      type: 'PasswordResetRequested',
+      data: {
+        userId: state.userId,
+        resetTokenHash,
+        requestedAt: now,
+        expiresAt: plusSeconds(now, PASSWORD_RESET_TTL_SECONDS),
+      },
+    },
+  ];
+}
+
+function decideConfirmReset(command: ConfirmPasswordReset, state: UserState): UserEvent[] {
+  const { resetTokenHash, now } = command.data;
+  if (!state.exists || !state.isActive) throw new BadRequestError(USER_MESSAGES.invalidResetToken);
+  const pending = state.pendingReset;
+  if (
+    pending === null ||
+    pending.used ||
+    pending.resetTokenHash !== resetTokenHash ||
+    Date.parse(now) >= Date.parse(pending.expiresAt)
+  ) {
+    throw new BadRequestError(USER_MESSAGES.invalidResetToken);
+  }
+  const events: UserEvent[] = [
+    {
+      type: 'PasswordChanged',
+      data: { userId: state.userId, reason: 'reset', passwordVersion: state.passwordVersion + 1, changedAt: now },
+    },
+  ];
+  if (!state.isEmailVerified) {
+    events.push({ type: 'EmailVerified', data: { userId: state.userId, email: state.email, verifiedAt: now } });
+  }
+  return events;
+}
+
+export function decideUser(command: UserCommand, state: UserState): UserEvent[] {
+  switch (command.type) {
+    case 'SyncCustomer':
+      return decideSync(command, state);
+    case 'ChangePassword':
+      return decideChangePassword(command, state);
+    case 'RequestPasswordReset':
+      return decideRequestReset(command, state);
+    case 'ConfirmPasswordReset':
+      return decideConfirmReset(command, state);
+    default: {
+      const _exhaustive: never = command;
+      return _exhaustive;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Evolve
+
+export function initialUserState(): UserState {
+  return { exists: false };
+}
+
+export function evolveUser(state: UserState, event: UserEvent): UserState {
+  if (event.type === 'UserSynced') {
+    const e = event.data;
+    const base = state.exists
+      ? state
+      : {
+          exists: true as const,
+          userId: e.userId,
+          isActive: true,
+          createdAt: e.syncedAt,
+          passwordVersion: 0,
+          pendingReset: null,
+        };
+    return {
+      ...base,
+      syncId: e.syncId,
+      email: e.email,
+      firstName: e.firstName,
+      lastName: e.lastName,
+      isEmailVerified: e.isEmailVerified,
+      profile: e.profile,
+      crm: e.crm,
+      updatedAt: e.syncedAt,
+    };
+  }
+  if (!state.exists) return state;
+
+  switch (event.type) {
+    case 'UserDeactivated':
+      // A pending reset dies with the account's activity; a reactivated user asks again.
+      return { ...state, isActive: false, pendingReset: null, updatedAt: event.data.deactivatedAt };
+    case 'UserReactivated':
+      return { ...state, isActive: true, updatedAt: event.data.reactivatedAt };
+    case 'PasswordChanged':
+      // Any new password spends the pending reset token.
+      return {
+        ...state,
+        passwordVersion: event.data.passwordVersion,
+        pendingReset: state.pendingReset === null ? null : { ...state.pendingReset, used: true },
+        updatedAt: event.data.changedAt,
+      };
+    case 'PasswordResetRequested':
+      // Only the latest token is valid.
+      return {
+        ...state,
+        pendingReset: { resetTokenHash: event.data.resetTokenHash, expiresAt: event.data.expiresAt, used: false },
+      };
+    case 'EmailVerified':
+      return { ...state, isEmailVerified: true, updatedAt: event.data.verifiedAt };
+    default: {
+      const _exhaustive: never = event;
+      return _exhaustive;
+    }
+  }
+}
+
+export const userDecider: Decider<UserState, UserCommand, UserEvent> = {
+  initialState: initialUserState,
+  evolve: evolveUser,
+  decide: decideUser,
+};

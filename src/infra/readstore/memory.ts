@@ -1,0 +1,617 @@
+import type { FieldFilter, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
+
+/**
+ * Embedded mode's read store. Follows MongoDB's query semantics so both adapters answer
+ * alike (the contract suite in test/contract checks it):
+ * - strings compare by code point (MongoDB's binary order, e.g. 'B' < 'a'), so ISO
+ *   timestamps compare as strings; numbers numerically; a range only matches values of its
+ *   bound's type (a numeric range never matches a string, and never null or an absent field);
+ * - equality with null matches null and absent fields; an array field matches when one of
+ *   its elements does;
+ * - sort: null and absent first in ascending order, then numbers, strings, objects, arrays,
+ *   booleans; ties broken by `id` ascending.
+ *
+ * Documents are deep-copied and frozen on `put`; reads hand out the frozen stored objects,
+ * so no copy is made per query and callers cannot change stored state.
+ */
+export function createMemoryReadStore(): ReadStore {
+  const collections = new Map<string, MemoryCollection>();
+  const checkpoints = new Map<string, string>();
+  let closed = false;
+
+  return {
+    collection<T extends ReadDoc>(name: string): ReadCollection<T> {
+      assertName(name, 'collection name');
+      let collection = collections.get(name);
+      if (collection === undefined) {
+        collection = new MemoryCollection();
+        collections.set(name, collection);
+      }
+      // The collection stores whatever documents it is given; T only types the caller's view.
+      return collection as unknown as ReadCollection<T>;
+    },
+    async getCheckpoint(name) {
+      assertName(name, 'checkpoint name');
+      return checkpoints.get(name) ?? null;
+    },
+    async setCheckpoint(name, value) {
+      assertName(name, 'checkpoint name');
+      if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
+      checkpoints.set(name, value);
+    },
+    async ping() {
+      if (closed) throw new Error('memory read store is closed');
+    },
+    async close() {
+      closed = true;
+    },
+  };
+}
+
+type Path = readonly string[];
+type Stored = Readonly<Record<string, unknown>> & ReadDoc;
+
+interface Entry {
+  readonly doc: Stored;
+  readonly guard: string;
+}
+
+/** Equality lookups on the first field of each declared index; documents whose value there is not a scalar stay in `others`. */
+interface EqualityIndex {
+  readonly path: Path;
+  readonly buckets: Map<Scalar, Set<string>>;
+  readonly others: Set<string>;
+}
+
+interface UniqueIndex {
+  readonly name: string;
+  readonly paths: readonly Path[];
+  readonly owners: Map<string, string>;
+}
+
+class MemoryCollection implements ReadCollection<Stored> {
+  private readonly entries = new Map<string, Entry>();
+  private readonly equalityIndexes = new Map<string, EqualityIndex>();
+  private readonly uniqueIndexes = new Map<string, UniqueIndex>();
+
+  async get(id: string): Promise<Stored | null> {
+    assertId(id);
+    return this.entries.get(id)?.doc ?? null;
+  }
+
+  async getGuard(id: string): Promise<string | null> {
+    assertId(id);
+    return this.entries.get(id)?.guard ?? null;
+  }
+
+  async find(query: Query = {}): Promise<Stored[]> {
+    const { where, sort, skip, limit } = parseQuery(query);
+    if (limit === 0) return [];
+    const matching = this.select(where);
+    const compare = comparatorFor(sort);
+    const end = limit === undefined ? matching.length : Math.min(matching.length, skip + limit);
+    if (skip >= end) return [];
+    return sortedPrefix(matching, compare, end).slice(skip, end);
+  }
+
+  async count(where?: Where): Promise<number> {
+    return this.select(compileWhere(where)).length;
+  }
+
+  async put(doc: Stored, guard: string): Promise<boolean> {
+    if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new TypeError('document must be an object');
+    assertId(doc.id, 'document id');
+    assertGuard(guard);
+    const previous = this.entries.get(doc.id);
+    if (previous !== undefined && compareStrings(previous.guard, guard) >= 0) return false;
+    const stored = frozenCopy(doc, 'document') as Stored;
+    const uniqueKeys = this.checkUnique(stored);
+    if (previous !== undefined) this.unindex(previous.doc);
+    this.entries.set(stored.id, { doc: stored, guard });
+    this.index(stored, uniqueKeys);
+    return true;
+  }
+
+  async remove(id: string, guard: string): Promise<boolean> {
+    assertId(id);
+    assertGuard(guard);
+    const previous = this.entries.get(id);
+    if (previous === undefined || compareStrings(previous.guard, guard) >= 0) return false;
+    this.entries.delete(id);
+    this.unindex(previous.doc);
+    return true;
+  }
+
+  async ensureIndex(fields: readonly SortKey[], options?: { readonly unique?: boolean }): Promise<void> {
+    const keys = parseSort(fields);
+    if (keys.length === 0) throw new TypeError('an index needs at least one field');
+    const first = keys[0];
+    if (first !== undefined && !this.equalityIndexes.has(first.field)) {
+      const index: EqualityIndex = { path: first.path, buckets: new Map(), others: new Set() };
+      for (const { doc } of this.entries.values()) addToEqualityIndex(index, doc);
+      this.equalityIndexes.set(first.field, index);
+    }
+    if (options?.unique === true) {
+      const name = keys.map((key) => key.field).join('\u0000');
+      if (this.uniqueIndexes.has(name)) return;
+      const index: UniqueIndex = { name, paths: keys.map((key) => key.path), owners: new Map() };
+      for (const { doc } of this.entries.values()) {
+        const key = uniqueKey(index, doc);
+        const owner = index.owners.get(key);
+        if (owner !== undefined) throw duplicateKeyError(index, owner, doc.id);
+        index.owners.set(key, doc.id);
+      }
+      this.uniqueIndexes.set(name, index);
+    }
+  }
+
+  async clear(): Promise<void> {
+    this.entries.clear();
+    for (const index of this.equalityIndexes.values()) {
+      index.buckets.clear();
+      index.others.clear();
+    }
+    for (const index of this.uniqueIndexes.values()) index.owners.clear();
+  }
+
+  private select(where: CompiledWhere): Stored[] {
+    const result: Stored[] = [];
+    const candidates = this.candidates(where);
+    if (candidates === undefined) {
+      for (const { doc } of this.entries.values()) if (matchesAll(where, doc)) result.push(doc);
+    } else {
+      for (const id of candidates) {
+        const entry = this.entries.get(id);
+        if (entry !== undefined && matchesAll(where, entry.doc)) result.push(entry.doc);
+      }
+    }
+    return result;
+  }
+
+  /** The smallest set of ids an equality index narrows the query to, or undefined to scan everything. */
+  private candidates(where: CompiledWhere): Iterable<string> | undefined {
+    let best: string[] | undefined;
+    for (const condition of where) {
+      const index = this.equalityIndexes.get(condition.field);
+      if (index === undefined) continue;
+      let values: readonly Scalar[];
+      if (condition.kind === 'eq') values = [condition.value];
+      else if (condition.kind === 'in') values = condition.values;
+      else continue;
+      const ids: string[] = [...index.others];
+      for (const value of new Set(values)) {
+        const bucket = index.buckets.get(value);
+        if (bucket !== undefined) for (const id of bucket) ids.push(id);
+      }
+      if (best === undefined || ids.length < best.length) best = ids;
+    }
+    return best;
+  }
+
+  private checkUnique(doc: Stored): Map<UniqueIndex, string> {
+    const keys = new Map<UniqueIndex, string>();
+    for (const index of this.uniqueIndexes.values()) {
+      const key = uniqueKey(index, doc);
+      const owner = index.owners.get(key);
+      if (owner !== undefined && owner !== doc.id) throw duplicateKeyError(index, owner, doc.id);
+      keys.set(index, key);
+    }
+    return keys;
+  }
+
+  private index(doc: Stored, uniqueKeys: Map<UniqueIndex, string>): void {
+    for (const index of this.equalityIndexes.values()) addToEqualityIndex(index, doc);
+    for (const [index, key] of uniqueKeys) index.owners.set(key, doc.id);
+  }
+
+  private unindex(doc: Stored): void {
+    for (const index of this.equalityIndexes.values()) {
+      const key = equalityKey(readPath(doc, index.path));
+      if (key === undefined) index.others.delete(doc.id);
+      else {
+        const bucket = index.buckets.get(key);
+        bucket?.delete(doc.id);
+        if (bucket?.size === 0) index.buckets.delete(key);
+      }
+    }
+    for (const index of this.uniqueIndexes.values()) {
+      const key = uniqueKey(index, doc);
+      if (index.owners.get(key) === doc.id) index.owners.delete(key);
+    }
+  }
+}
+
+function addToEqualityIndex(index: EqualityIndex, doc: Stored): void {
+  const key = equalityKey(readPath(doc, index.path));
+  if (key === undefined) {
+    index.others.add(doc.id);
+    return;
+  }
+  let bucket = index.buckets.get(key);
+  if (bucket === undefined) {
+    bucket = new Set();
+    index.buckets.set(key, bucket);
+  }
+  bucket.add(doc.id);
+}
+
+/** The bucket a value belongs to: absent and null share one; non-scalars have none. */
+function equalityKey(value: unknown): Scalar | undefined {
+  if (value === undefined || value === null) return null;
+  if (typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean') return value;
+  return undefined;
+}
+
+function uniqueKey(index: UniqueIndex, doc: Stored): string {
+  // Like MongoDB, an absent field counts as null, so two documents without it collide.
+  return JSON.stringify(index.paths.map((path) => readPath(doc, path) ?? null));
+}
+
+function duplicateKeyError(index: UniqueIndex, owner: string, id: string): Error {
+  const fields = index.name.split('\u0000').join(', ');
+  return Object.assign(new Error(`duplicate key on unique index (${fields}): document ${id} collides with ${owner}`), {
+    code: 11000,
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Queries
+
+type Condition =
+  | { readonly kind: 'eq'; readonly field: string; readonly path: Path; readonly value: Scalar }
+  | { readonly kind: 'in'; readonly field: string; readonly path: Path; readonly values: readonly Scalar[]; readonly set: ReadonlySet<Scalar> }
+  | { readonly kind: 'range'; readonly field: string; readonly path: Path; readonly bounds: readonly Bound[] };
+
+type CompiledWhere = readonly Condition[];
+
+interface Bound {
+  readonly op: 'gt' | 'gte' | 'lt' | 'lte';
+  readonly value: string | number | boolean;
+}
+
+interface ParsedSortKey {
+  readonly field: string;
+  readonly path: Path;
+  readonly direction: 1 | -1;
+}
+
+const RANGE_OPERATORS = ['gt', 'gte', 'lt', 'lte'] as const;
+
+function parseQuery(query: Query): { where: CompiledWhere; sort: readonly ParsedSortKey[]; skip: number; limit: number | undefined } {
+  if (typeof query !== 'object' || query === null) throw new TypeError('query must be an object');
+  return {
+    where: compileWhere(query.where),
+    sort: parseSort(query.sort ?? []),
+    skip: query.skip === undefined ? 0 : assertCount(query.skip, 'skip'),
+    limit: query.limit === undefined ? undefined : assertCount(query.limit, 'limit'),
+  };
+}
+
+function compileWhere(where: Where | undefined): CompiledWhere {
+  if (where === undefined) return [];
+  if (!isPlainObject(where)) throw new TypeError('where must be an object');
+  const conditions: Condition[] = [];
+  for (const [field, filter] of Object.entries(where)) {
+    const path = parseField(field);
+    const condition = compileFilter(field, path, filter);
+    if (condition !== undefined) conditions.push(condition);
+  }
+  return conditions;
+}
+
+function compileFilter(field: string, path: Path, filter: FieldFilter | undefined): Condition | undefined {
+  if (isScalar(filter)) return { kind: 'eq', field, path, value: filter };
+  if (!isPlainObject(filter)) throw new TypeError(`filter on "${field}" must be a scalar, {in: [...]} or a range`);
+  const keys = Object.keys(filter);
+  if ('in' in filter) {
+    if (keys.length !== 1) throw new TypeError(`filter on "${field}": "in" cannot be combined with other operators`);
+    const values: unknown = filter.in;
+    if (!Array.isArray(values) || !values.every(isScalar)) throw new TypeError(`filter on "${field}": "in" must be an array of scalars`);
+    return { kind: 'in', field, path, values, set: new Set(values) };
+  }
+  const bounds: Bound[] = [];
+  for (const key of keys) {
+    const op = RANGE_OPERATORS.find((candidate) => candidate === key);
+    if (op === undefined) throw new TypeError(`filter on "${field}": unknown operator "${key}"`);
+    const value: unknown = (filter as Readonly<Record<string, unknown>>)[key];
+    if (value === undefined) continue;
+    if (!isRangeBound(value)) throw new TypeError(`filter on "${field}": "${op}" must be a string, a finite number or a boolean`);
+    bounds.push({ op, value });
+  }
+  return bounds.length === 0 ? undefined : { kind: 'range', field, path, bounds };
+}
+
+function parseSort(keys: readonly SortKey[]): ParsedSortKey[] {
+  if (!Array.isArray(keys)) throw new TypeError('sort must be an array');
+  const seen = new Set<string>();
+  const parsed: ParsedSortKey[] = [];
+  for (const key of keys as readonly unknown[]) {
+    if (!isPlainObject(key) || typeof key.field !== 'string' || (key.order !== 'asc' && key.order !== 'desc')) {
+      throw new TypeError('a sort key must be {field, order: "asc" | "desc"}');
+    }
+    const path = parseField(key.field);
+    if (seen.has(key.field)) continue;
+    seen.add(key.field);
+    parsed.push({ field: key.field, path, direction: key.order === 'asc' ? 1 : -1 });
+  }
+  return parsed;
+}
+
+function matchesAll(where: CompiledWhere, doc: Stored): boolean {
+  for (const condition of where) if (!matches(condition, readPath(doc, condition.path))) return false;
+  return true;
+}
+
+function matches(condition: Condition, value: unknown): boolean {
+  switch (condition.kind) {
+    case 'eq':
+      return equals(value, condition.value);
+    case 'in':
+      if (Array.isArray(value)) return value.some((element) => condition.set.has(element as Scalar));
+      return condition.set.has(value === undefined ? null : (value as Scalar));
+    case 'range':
+      return condition.bounds.every((bound) =>
+        Array.isArray(value) ? value.some((element) => satisfies(element, bound)) : satisfies(value, bound),
+      );
+    default: {
+      const _exhaustive: never = condition;
+      return _exhaustive;
+    }
+  }
+}
+
+function equals(value: unknown, expected: Scalar): boolean {
+  if (Array.isArray(value)) return value.some((element) => element === expected);
+  if (expected === null) return value === null || value === undefined;
+  return value === expected;
+}
+
+function satisfies(value: unknown, bound: Bound): boolean {
+  if (typeof value !== typeof bound.value) return false;
+  const order = compareScalars(value as string | number | boolean, bound.value);
+  switch (bound.op) {
+    case 'gt':
+      return order > 0;
+    case 'gte':
+      return order >= 0;
+    case 'lt':
+      return order < 0;
+    case 'lte':
+      return order <= 0;
+    default: {
+      const _exhaustive: never = bound.op;
+      return _exhaustive;
+    }
+  }
+}
+
+function compareScalars(a: string | number | boolean, b: string | number | boolean): number {
+  if (typeof a === 'string' && typeof b === 'string') return compareStrings(a, b);
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * Code point order, which is MongoDB's (UTF-8 byte) order. It differs from JavaScript's
+ * UTF-16 `<` only when a surrogate half meets a code unit in U+E000..U+FFFF.
+ */
+function compareStrings(a: string, b: string): number {
+  if (a === b) return 0;
+  const length = Math.min(a.length, b.length);
+  for (let i = 0; i < length; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x === y) continue;
+    const xSurrogate = x >= 0xd800 && x <= 0xdfff;
+    const ySurrogate = y >= 0xd800 && y <= 0xdfff;
+    if (xSurrogate !== ySurrogate && (x >= 0xe000 || y >= 0xe000)) return xSurrogate ? 1 : -1;
+    return x < y ? -1 : 1;
+  }
+  return a.length - b.length;
+}
+
+// ---------------------------------------------------------------------------------------
+// Sorting
+
+type Compare = (a: Stored, b: Stored) => number;
+
+function comparatorFor(keys: readonly ParsedSortKey[]): Compare {
+  const byId: Compare = (a, b) => compareStrings(a.id, b.id);
+  if (keys.length === 0) return byId;
+  return (a, b) => {
+    for (const key of keys) {
+      const order = compareForSort(sortValue(readPath(a, key.path), key.direction), sortValue(readPath(b, key.path), key.direction));
+      if (order !== 0) return order * key.direction;
+    }
+    return byId(a, b);
+  };
+}
+
+/** Like MongoDB: an array sorts by its smallest element ascending, by its largest descending. */
+function sortValue(value: unknown, direction: 1 | -1): unknown {
+  if (!Array.isArray(value) || value.length === 0) return value;
+  let chosen: unknown = value[0];
+  for (const element of value) if (compareForSort(element, chosen) * direction < 0) chosen = element;
+  return chosen;
+}
+
+function typeRank(value: unknown): number {
+  if (value === undefined || value === null) return 1;
+  switch (typeof value) {
+    case 'number':
+      return 2;
+    case 'string':
+      return 3;
+    case 'boolean':
+      return 8;
+    default:
+      if (Array.isArray(value)) return value.length === 0 ? 0 : 5;
+      return 4;
+  }
+}
+
+function compareForSort(a: unknown, b: unknown): number {
+  const rankA = typeRank(a);
+  const rankB = typeRank(b);
+  if (rankA !== rankB) return rankA < rankB ? -1 : 1;
+  switch (rankA) {
+    case 2:
+    case 8:
+      return compareScalars(a as number | boolean, b as number | boolean);
+    case 3:
+      return compareStrings(a as string, b as string);
+    case 4:
+      return compareObjects(a as Readonly<Record<string, unknown>>, b as Readonly<Record<string, unknown>>);
+    case 5:
+      return compareArrays(a as readonly unknown[], b as readonly unknown[]);
+    default:
+      return 0;
+  }
+}
+
+function compareObjects(a: Readonly<Record<string, unknown>>, b: Readonly<Record<string, unknown>>): number {
+  const keysA = Object.keys(a);
+  const keysB = Object.keys(b);
+  for (let i = 0; i < Math.min(keysA.length, keysB.length); i++) {
+    const keyA = keysA[i] as string;
+    const keyB = keysB[i] as string;
+    const byType = typeRank(a[keyA]) - typeRank(b[keyB]);
+    if (byType !== 0) return byType < 0 ? -1 : 1;
+    const byName = compareStrings(keyA, keyB);
+    if (byName !== 0) return byName;
+    const byValue = compareForSort(a[keyA], b[keyB]);
+    if (byValue !== 0) return byValue;
+  }
+  return keysA.length - keysB.length;
+}
+
+function compareArrays(a: readonly unknown[], b: readonly unknown[]): number {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    const order = compareForSort(a[i], b[i]);
+    if (order !== 0) return order;
+  }
+  return a.length - b.length;
+}
+
+/** The first `count` items in order: a full sort when most are wanted, a bounded heap for a short page. */
+function sortedPrefix(items: Stored[], compare: Compare, count: number): Stored[] {
+  if (count * 8 >= items.length) return items.sort(compare);
+  // Max-heap of the `count` smallest items seen so far.
+  const heap: Stored[] = [];
+  const siftUp = (start: number): void => {
+    let i = start;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (compare(heap[i] as Stored, heap[parent] as Stored) <= 0) return;
+      [heap[i], heap[parent]] = [heap[parent] as Stored, heap[i] as Stored];
+      i = parent;
+    }
+  };
+  const siftDown = (): void => {
+    let i = 0;
+    for (;;) {
+      const left = 2 * i + 1;
+      const right = left + 1;
+      let largest = i;
+      if (left < heap.length && compare(heap[left] as Stored, heap[largest] as Stored) > 0) largest = left;
+      if (right < heap.length && compare(heap[right] as Stored, heap[largest] as Stored) > 0) largest = right;
+      if (largest === i) return;
+      [heap[i], heap[largest]] = [heap[largest] as Stored, heap[i] as Stored];
+      i = largest;
+    }
+  };
+  for (const item of items) {
+    if (heap.length < count) {
+      heap.push(item);
+      siftUp(heap.length - 1);
+    } else if (compare(item, heap[0] as Stored) < 0) {
+      heap[0] = item;
+      siftDown();
+    }
+  }
+  return heap.sort(compare);
+}
+
+// ---------------------------------------------------------------------------------------
+// Values
+
+/** Reads a dotted path; through an array it collects the values of its elements, as MongoDB does. */
+function readPath(doc: unknown, path: Path): unknown {
+  let current: unknown = doc;
+  for (let i = 0; i < path.length; i++) {
+    if (current === null || typeof current !== 'object') return undefined;
+    if (Array.isArray(current)) {
+      const rest = path.slice(i);
+      const values: unknown[] = [];
+      for (const element of current) {
+        const value = readPath(element, rest);
+        if (Array.isArray(value)) values.push(...(value as unknown[]));
+        else if (value !== undefined) values.push(value);
+      }
+      return values.length === 0 ? undefined : values;
+    }
+    const key = path[i] as string;
+    current = Object.prototype.hasOwnProperty.call(current, key) ? (current as Readonly<Record<string, unknown>>)[key] : undefined;
+  }
+  return current;
+}
+
+/** A JSON-shaped deep copy, frozen; undefined properties are dropped (array slots become null), as the MongoDB adapter stores them. */
+function frozenCopy(value: unknown, where: string): unknown {
+  if (value === null || typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number') return value;
+  if (Array.isArray(value)) {
+    return Object.freeze(value.map((element, i) => (element === undefined ? null : frozenCopy(element, `${where}[${i}]`))));
+  }
+  if (isPlainObject(value)) {
+    const copy: Record<string, unknown> = {};
+    for (const [key, element] of Object.entries(value)) {
+      if (element === undefined) continue;
+      Object.defineProperty(copy, key, { value: frozenCopy(element, `${where}.${key}`), enumerable: true, writable: false, configurable: false });
+    }
+    return Object.freeze(copy);
+  }
+  throw new TypeError(`${where}: only JSON-like values (objects, arrays, strings, numbers, booleans, null) can be stored`);
+}
+
+function isScalar(value: unknown): value is Scalar {
+  return value === null || typeof value === 'string' || typeof value === 'boolean' || (typeof value === 'number' && Number.isFinite(value));
+}
+
+function isRangeBound(value: unknown): value is string | number | boolean {
+  return value !== null && isScalar(value);
+}
+
+function isPlainObject(value: unknown): value is Readonly<Record<string, unknown>> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
+  const prototype: unknown = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
+}
+
+function parseField(field: string): Path {
+  if (typeof field !== 'string' || field.length === 0) throw new TypeError('a field name must be a non-empty string');
+  const path = field.split('.');
+  for (const segment of path) {
+    if (segment.length === 0 || segment.startsWith('$') || segment.includes('\u0000')) {
+      throw new TypeError(`invalid field name "${field}"`);
+    }
+  }
+  return path;
+}
+
+function assertName(name: string, what: string): void {
+  if (typeof name !== 'string' || name.length === 0 || name.includes('$') || name.includes('\u0000')) {
+    throw new TypeError(`invalid ${what} "${String(name)}"`);
+  }
+}
+
+function assertId(id: unknown, what = 'id'): asserts id is string {
+  if (typeof id !== 'string' || id.length === 0) throw new TypeError(`${what} must be a non-empty string`);
+}
+
+function assertGuard(guard: unknown): asserts guard is string {
+  if (typeof guard !== 'string') throw new TypeError('guard must be a string');
+}
+
+function assertCount(value: unknown, what: string): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) throw new RangeError(`${what} must be a non-negative integer`);
+  return value;
+}

@@ -1,0 +1,284 @@
+import { MongoClient, type Collection, type Document, type Filter } from 'mongodb';
+import type { FieldFilter, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
+
+/**
+ * The read store on MongoDB. A document `{id, ...fields}` is stored as
+ * `{_id: id, ...fields, _guard: guard}`; `_guard` is stripped on read.
+ *
+ * Uses only what jongodb (the test stand-in) implements correctly: replaceOne/updateOne
+ * with upsert, deleteOne/deleteMany, find with filter/sort/skip/limit, countDocuments,
+ * createIndex. Query semantics are MongoDB's; the memory adapter follows them.
+ */
+export async function createMongoReadStore(
+  uri: string,
+  options: { readonly dbName?: string; readonly collectionPrefix?: string } = {},
+): Promise<ReadStore> {
+  const prefix = options.collectionPrefix ?? '';
+  if (prefix.includes('$') || prefix.includes('\u0000')) throw new TypeError(`invalid collection prefix "${prefix}"`);
+  // Undefined properties are left out, as the memory adapter does, instead of stored as null.
+  const client = new MongoClient(uri, { ignoreUndefined: true });
+  await client.connect();
+  const db = options.dbName === undefined ? client.db() : client.db(options.dbName);
+  const checkpoints = db.collection<CheckpointDoc>(`${prefix}${CHECKPOINTS}`);
+  const collections = new Map<string, MongoReadCollection>();
+  let closed = false;
+
+  return {
+    collection<T extends ReadDoc>(name: string): ReadCollection<T> {
+      assertName(name, 'collection name');
+      if (name === CHECKPOINTS) throw new TypeError(`"${CHECKPOINTS}" is reserved for checkpoints`);
+      let collection = collections.get(name);
+      if (collection === undefined) {
+        collection = new MongoReadCollection(db.collection<MongoDoc>(`${prefix}${name}`));
+        collections.set(name, collection);
+      }
+      // The collection stores whatever documents it is given; T only types the caller's view.
+      return collection as unknown as ReadCollection<T>;
+    },
+    async getCheckpoint(name) {
+      assertName(name, 'checkpoint name');
+      const doc = await checkpoints.findOne({ _id: name });
+      return typeof doc?.value === 'string' ? doc.value : null;
+    },
+    async setCheckpoint(name, value) {
+      assertName(name, 'checkpoint name');
+      if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
+      const write = (): Promise<unknown> => checkpoints.updateOne({ _id: name }, { $set: { value } }, { upsert: true });
+      try {
+        await write();
+      } catch (error) {
+        // Two first writes raced on the upsert: the document exists now, so the update applies.
+        if (!isDuplicateKey(error)) throw error;
+        await write();
+      }
+    },
+    async ping() {
+      if (closed) throw new Error('MongoDB read store is closed');
+      await db.command({ ping: 1 });
+    },
+    async close() {
+      closed = true;
+      await client.close();
+    },
+  };
+}
+
+const CHECKPOINTS = 'checkpoints';
+const GUARD = '_guard';
+/** Guarded writes retried after losing an upsert race to a write with a lower guard. */
+const PUT_ATTEMPTS = 5;
+
+interface CheckpointDoc {
+  _id: string;
+  value: string;
+}
+
+type Stored = Readonly<Record<string, unknown>> & ReadDoc;
+
+interface MongoDoc extends Document {
+  _id: string;
+}
+
+class MongoReadCollection implements ReadCollection<Stored> {
+  constructor(private readonly collection: Collection<MongoDoc>) {}
+
+  async get(id: string): Promise<Stored | null> {
+    assertId(id);
+    const doc = await this.collection.findOne(byId(id));
+    return doc === null ? null : toReadDoc(doc);
+  }
+
+  async getGuard(id: string): Promise<string | null> {
+    assertId(id);
+    const doc = await this.collection.findOne(byId(id));
+    const guard: unknown = doc?.[GUARD];
+    return typeof guard === 'string' ? guard : null;
+  }
+
+  async find(query: Query = {}): Promise<Stored[]> {
+    if (typeof query !== 'object' || query === null) throw new TypeError('query must be an object');
+    const filter = toFilter(query.where);
+    const sort = toSort(query.sort ?? []);
+    const skip = query.skip === undefined ? 0 : assertCount(query.skip, 'skip');
+    const limit = query.limit === undefined ? undefined : assertCount(query.limit, 'limit');
+    // MongoDB reads limit 0 as "no limit".
+    if (limit === 0) return [];
+    let cursor = this.collection.find(filter).sort(sort);
+    if (skip > 0) cursor = cursor.skip(skip);
+    if (limit !== undefined) cursor = cursor.limit(limit);
+    const docs = await cursor.toArray();
+    return docs.map(toReadDoc);
+  }
+
+  async count(where?: Where): Promise<number> {
+    return this.collection.countDocuments(toFilter(where));
+  }
+
+  async put(doc: Stored, guard: string): Promise<boolean> {
+    if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new TypeError('document must be an object');
+    assertId(doc.id, 'document id');
+    assertGuard(guard);
+    const { id, ...fields } = doc;
+    for (const reserved of ['_id', GUARD]) {
+      if (Object.prototype.hasOwnProperty.call(fields, reserved)) throw new TypeError(`document field "${reserved}" is reserved`);
+    }
+    const replacement: Document = { ...fields, [GUARD]: guard };
+    for (let attempt = 1; ; attempt++) {
+      try {
+        // Matches only a stored document with a lower guard; when the document exists with a
+        // guard at least as high, the upsert's insert collides on _id and nothing is written.
+        const result = await this.collection.replaceOne({ ...byId(id), [GUARD]: { $lt: guard } }, replacement, { upsert: true });
+        return result.matchedCount + result.upsertedCount > 0;
+      } catch (error) {
+        if (!isDuplicateKey(error) || !isIdCollision(error)) throw error;
+        const newerOrSame = await this.collection.countDocuments({ ...byId(id), [GUARD]: { $gte: guard } }, { limit: 1 });
+        if (newerOrSame > 0) return false;
+        // A write with a lower guard won the race to insert; ours goes on top of it.
+        if (attempt >= PUT_ATTEMPTS) throw error;
+      }
+    }
+  }
+
+  async remove(id: string, guard: string): Promise<boolean> {
+    assertId(id);
+    assertGuard(guard);
+    const result = await this.collection.deleteOne({ ...byId(id), [GUARD]: { $lt: guard } });
+    return result.deletedCount === 1;
+  }
+
+  async ensureIndex(fields: readonly SortKey[], options?: { readonly unique?: boolean }): Promise<void> {
+    const keys = toSort(fields, false);
+    if (keys.size === 0) throw new TypeError('an index needs at least one field');
+    await this.collection.createIndex(keys, { unique: options?.unique === true });
+  }
+
+  async clear(): Promise<void> {
+    await this.collection.deleteMany({});
+  }
+}
+
+/** `id` is checked to be a string first, so it cannot carry an operator; a bare value lets an upsert take it as `_id`. */
+function byId(id: string): Filter<MongoDoc> {
+  return { _id: id };
+}
+
+function toReadDoc(doc: MongoDoc): Stored {
+  const { _id: id, [GUARD]: _guard, ...fields } = doc;
+  return { id: String(id), ...fields };
+}
+
+// ---------------------------------------------------------------------------------------
+// Query translation. Where values are typed by the port, but they may come from parsed
+// input: anything that is not a scalar or one of the port's shapes is rejected, so no
+// caller-supplied value can become a query operator.
+
+const RANGE_OPERATORS = { gt: '$gt', gte: '$gte', lt: '$lt', lte: '$lte' } as const;
+
+function toFilter(where: Where | undefined): Filter<MongoDoc> {
+  if (where === undefined) return {};
+  if (!isPlainObject(where)) throw new TypeError('where must be an object');
+  const entries: Array<[string, Document]> = [];
+  for (const [field, filter] of Object.entries(where)) {
+    const path = toPath(field);
+    const condition = toCondition(field, filter);
+    if (condition !== undefined) entries.push([path, condition]);
+  }
+  // fromEntries defines own properties, so a field named __proto__ stays a field.
+  return Object.fromEntries(entries);
+}
+
+function toCondition(field: string, filter: FieldFilter | undefined): Document | undefined {
+  if (isScalar(filter)) return { $eq: filter };
+  if (!isPlainObject(filter)) throw new TypeError(`filter on "${field}" must be a scalar, {in: [...]} or a range`);
+  const keys = Object.keys(filter);
+  if ('in' in filter) {
+    if (keys.length !== 1) throw new TypeError(`filter on "${field}": "in" cannot be combined with other operators`);
+    const values: unknown = filter.in;
+    if (!Array.isArray(values) || !values.every(isScalar)) throw new TypeError(`filter on "${field}": "in" must be an array of scalars`);
+    return { $in: values };
+  }
+  const condition: Record<string, string | number | boolean> = {};
+  for (const key of keys) {
+    if (!Object.prototype.hasOwnProperty.call(RANGE_OPERATORS, key)) throw new TypeError(`filter on "${field}": unknown operator "${key}"`);
+    const op = RANGE_OPERATORS[key as keyof typeof RANGE_OPERATORS];
+    const value: unknown = (filter as Readonly<Record<string, unknown>>)[key];
+    if (value === undefined) continue;
+    // A null bound is refused: MongoDB's `$gte: null` would match null and absent fields.
+    if (value === null || !isScalar(value)) throw new TypeError(`filter on "${field}": "${key}" must be a string, a finite number or a boolean`);
+    condition[op] = value;
+  }
+  return Object.keys(condition).length === 0 ? undefined : condition;
+}
+
+/** Sort keys with `_id` as the last tie-break (unless `withIdTieBreak` is false, for index keys). */
+function toSort(keys: readonly SortKey[], withIdTieBreak = true): Map<string, 1 | -1> {
+  if (!Array.isArray(keys)) throw new TypeError('sort must be an array');
+  const sort = new Map<string, 1 | -1>();
+  for (const key of keys as readonly unknown[]) {
+    if (!isPlainObject(key) || typeof key.field !== 'string' || (key.order !== 'asc' && key.order !== 'desc')) {
+      throw new TypeError('a sort key must be {field, order: "asc" | "desc"}');
+    }
+    const path = toPath(key.field);
+    if (!sort.has(path)) sort.set(path, key.order === 'asc' ? 1 : -1);
+  }
+  if (withIdTieBreak && !sort.has('_id')) sort.set('_id', 1);
+  return sort;
+}
+
+function toPath(field: string): string {
+  if (typeof field !== 'string' || field.length === 0) throw new TypeError('a field name must be a non-empty string');
+  if (field === 'id') return '_id';
+  const segments = field.split('.');
+  const first = segments[0];
+  if (first === '_id' || first === GUARD) throw new TypeError(`field "${field}" is reserved`);
+  for (const segment of segments) {
+    if (segment.length === 0 || segment.startsWith('$') || segment.includes('\u0000')) throw new TypeError(`invalid field name "${field}"`);
+  }
+  return field;
+}
+
+// ---------------------------------------------------------------------------------------
+
+function isDuplicateKey(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && 'code' in error && error.code === 11000;
+}
+
+/** Whether a duplicate-key error is about `_id` rather than another unique index. */
+function isIdCollision(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  if ('keyPattern' in error && isPlainObject(error.keyPattern)) {
+    const fields = Object.keys(error.keyPattern);
+    return fields.length === 1 && fields[0] === '_id';
+  }
+  // jongodb sets no keyPattern; its message names the index like MongoDB's does.
+  return 'message' in error && typeof error.message === 'string' && / index: _id_ /.test(error.message);
+}
+
+function isScalar(value: unknown): value is Scalar {
+  return value === null || typeof value === 'string' || typeof value === 'boolean' || (typeof value === 'number' && Number.isFinite(value));
+}
+
+function isPlainObject(value: unknown): value is Readonly<Record<string, unknown>> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
+  const prototype: unknown = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
+}
+
+function assertName(name: string, what: string): void {
+  if (typeof name !== 'string' || name.length === 0 || name.includes('$') || name.includes('\u0000')) {
+    throw new TypeError(`invalid ${what} "${String(name)}"`);
+  }
+}
+
+function assertId(id: unknown, what = 'id'): asserts id is string {
+  if (typeof id !== 'string' || id.length === 0) throw new TypeError(`${what} must be a non-empty string`);
+}
+
+function assertGuard(guard: unknown): asserts guard is string {
+  if (typeof guard !== 'string') throw new TypeError('guard must be a string');
+}
+
+function assertCount(value: unknown, what: string): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) throw new RangeError(`${what} must be a non-negative integer`);
+  return value;
+}

@@ -1,0 +1,7 @@
+import type { Projection } from './projection';
+import { usersProjection } from './users';
+
+/** Every read model the service keeps, in the order events are applied to them. */
+export function allProjections(): readonly Projection[] {
+  return [usersProjection];
+}

@@ -1,0 +1,132 @@
+import type { EventStore, GlobalPosition, RecordedEvent, Subscription } from '../infra/eventstore/port';
+import { formatPosition, parsePosition } from '../infra/eventstore/port';
+import type { ReadStore } from '../infra/readstore/port';
+import type { Projection } from './projection';
+
+export const CHECKPOINT_NAME = 'projector';
+
+export interface ProjectorProgress {
+  readonly position: GlobalPosition | null;
+  readonly caughtUp: boolean;
+  readonly eventsApplied: number;
+  /** When the last applied event occurred, for lag in milliseconds. */
+  readonly lastEventAt: string | null;
+}
+
+export interface ProjectorOptions {
+  /** Write the checkpoint at least this often while events keep coming. */
+  readonly checkpointEveryEvents?: number;
+  readonly checkpointEveryMs?: number;
+  /** Told after every applied event; the read-your-writes watermark listens here. */
+  readonly onApplied?: (position: GlobalPosition) => void;
+  readonly onError?: (error: unknown) => void;
+}
+
+export interface Projector {
+  readonly progress: () => ProjectorProgress;
+  /** Resolves when the subscription has been closed and the last checkpoint written. */
+  readonly stop: () => Promise<void>;
+  /** Resolves once history up to the start has been applied. */
+  readonly caughtUp: Promise<void>;
+  /** Resolves (or rejects) when the projector stops by itself. */
+  readonly done: Promise<void>;
+}
+
+/**
+ * Catch-up subscription over all events from the stored checkpoint. Events are applied
+ * in order, one at a time, to every projection that reads their stream; the checkpoint
+ * is written after the writes (batched: writes are idempotent, so a crash between a
+ * write and its checkpoint only re-applies events harmlessly).
+ */
+export async function startProjector(
+  eventStore: EventStore,
+  readStore: ReadStore,
+  projections: readonly Projection[],
+  options: ProjectorOptions = {},
+): Promise<Projector> {
+  const everyEvents = options.checkpointEveryEvents ?? 500;
+  const everyMs = options.checkpointEveryMs ?? 100;
+  for (const projection of projections) await projection.init(readStore);
+
+  const stored = await readStore.getCheckpoint(CHECKPOINT_NAME);
+  let position: GlobalPosition | null = stored === null ? null : parsePosition(stored);
+  let checkpointed = position;
+  let caughtUpFlag = false;
+  let eventsApplied = 0;
+  let lastEventAt: string | null = null;
+  let lastCheckpointAt = Date.now();
+  let sinceCheckpoint = 0;
+  let timer: NodeJS.Timeout | undefined;
+
+  const prefixes = [...new Set(projections.flatMap((p) => p.streamPrefixes))];
+  const subscription: Subscription = eventStore.subscribe({
+    ...(position !== null ? { fromPosition: position } : {}),
+    streamPrefixes: prefixes,
+  });
+
+  let resolveCaughtUp: () => void = () => undefined;
+  const caughtUp = new Promise<void>((resolve) => (resolveCaughtUp = resolve));
+
+  const writeCheckpoint = async (): Promise<void> => {
+    if (position === null || position === checkpointed) return;
+    const p = position;
+    await readStore.setCheckpoint(CHECKPOINT_NAME, formatPosition(p));
+    checkpointed = p;
+    sinceCheckpoint = 0;
+    lastCheckpointAt = Date.now();
+  };
+
+  // A quiet stream still gets its last checkpoint written soon after the last event.
+  const scheduleIdleCheckpoint = (): void => {
+    if (timer !== undefined) return;
+    timer = setTimeout(() => {
+      timer = undefined;
+      writeCheckpoint().catch((error: unknown) => options.onError?.(error));
+    }, everyMs);
+    timer.unref();
+  };
+
+  const apply = async (event: RecordedEvent): Promise<void> => {
+    for (const projection of projections) {
+      if (projection.streamPrefixes.some((prefix) => event.streamName.startsWith(prefix))) {
+        await projection.apply(event, readStore);
+      }
+    }
+    position = event.position;
+    eventsApplied++;
+    sinceCheckpoint++;
+    lastEventAt = event.metadata.occurredAt;
+    if (sinceCheckpoint >= everyEvents || Date.now() - lastCheckpointAt >= everyMs) await writeCheckpoint();
+    else scheduleIdleCheckpoint();
+    options.onApplied?.(event.position);
+  };
+
+  const done = (async () => {
+    for await (const item of subscription) {
+      if (item.kind === 'caught-up') {
+        await writeCheckpoint();
+        caughtUpFlag = true;
+        resolveCaughtUp();
+        continue;
+      }
+      await apply(item.event);
+    }
+  })();
+  // Surface a failure to the owner through `done`, but also unblock anyone awaiting caughtUp.
+  done.catch((error: unknown) => {
+    options.onError?.(error);
+    resolveCaughtUp();
+  });
+
+  return {
+    caughtUp,
+    done,
+    progress: () => ({ position, caughtUp: caughtUpFlag, eventsApplied, lastEventAt }),
+    stop: async () => {
+      await subscription.close();
+      await done.catch(() => undefined);
+      if (timer !== undefined) clearTimeout(timer);
+      await writeCheckpoint();
+    },
+  };
+}

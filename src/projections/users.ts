@@ -1,0 +1,67 @@
+import { asHomeHubEvent, parseStreamName } from '../domain/events';
+import type { CrmFields, UserProfile } from '../domain/user';
+import type { RecordedEvent } from '../infra/eventstore/port';
+import { documentProjection } from './projection';
+
+export const USERS_COLLECTION = 'users';
+
+/** The user read model behind GET /users/me. The role is derived from ADMIN_EMAILS when read. */
+export interface UserDoc {
+  readonly id: string;
+  readonly syncId: number;
+  readonly email: string;
+  readonly firstName: string;
+  readonly lastName: string;
+  readonly isActive: boolean;
+  readonly isEmailVerified: boolean;
+  readonly profile: UserProfile;
+  readonly crm: CrmFields;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+}
+
+export function evolveUserDoc(doc: UserDoc | null, recorded: RecordedEvent): UserDoc | null {
+  const event = asHomeHubEvent(recorded);
+  if (event === null) return doc;
+  if (event.type === 'UserSynced') {
+    const e = event.data;
+    return {
+      id: e.userId,
+      syncId: e.syncId,
+      email: e.email,
+      firstName: e.firstName,
+      lastName: e.lastName,
+      isActive: doc?.isActive ?? true,
+      isEmailVerified: e.isEmailVerified,
+      profile: e.profile,
+      crm: e.crm,
+      createdAt: doc?.createdAt ?? e.syncedAt,
+      updatedAt: e.syncedAt,
+    };
+  }
+  if (doc === null) return null;
+  switch (event.type) {
+    case 'UserDeactivated':
+      return { ...doc, isActive: false, updatedAt: event.data.deactivatedAt };
+    case 'UserReactivated':
+      return { ...doc, isActive: true, updatedAt: event.data.reactivatedAt };
+    case 'PasswordChanged':
+      return { ...doc, updatedAt: event.data.changedAt };
+    case 'EmailVerified':
+      return { ...doc, isEmailVerified: true, updatedAt: event.data.verifiedAt };
+    default:
+      return doc;
+  }
+}
+
+export const usersProjection = documentProjection<UserDoc>({
+  name: 'users',
+  collection: USERS_COLLECTION,
+  streamPrefixes: ['user-'],
+  ids: (event) => {
+    const stream = parseStreamName(event.streamName);
+    return stream?.category === 'user' ? [stream.id] : [];
+  },
+  evolve: (doc, event) => evolveUserDoc(doc, event),
+  indexes: [{ fields: [{ field: 'email', order: 'asc' }] }],
+});

@@ -1,0 +1,219 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import Redis from 'ioredis';
+import type { Config, Secrets } from './config';
+import type { Logger } from './logger';
+import { createApp } from './api/app';
+import type { ReadinessReport } from './api/routes/health';
+import { systemClock, type Clock } from './commands/handler';
+import { createUserCommands } from './commands/users';
+import type { EventStore } from './infra/eventstore/port';
+import { comparePositions } from './infra/eventstore/port';
+import { openEmbeddedEventStore } from './infra/eventstore/embedded';
+import { createEsdbEventStore } from './infra/eventstore/esdb';
+import type { ReadStore } from './infra/readstore/port';
+import { createMemoryReadStore } from './infra/readstore/memory';
+import { createMongoReadStore } from './infra/readstore/mongo';
+import { allProjections } from './projections';
+import { startProjector, type Projector } from './projections/projector';
+import { createLocalWatermark, createRedisWatermark, type Watermark } from './projections/watermark';
+import { createRedisLease } from './projections/lease';
+import { resolveEmbeddedSecrets } from './secrets';
+
+export interface RunningService {
+  /** The HTTP port, when this process runs the API role. */
+  readonly port: number | null;
+  readonly stop: () => Promise<void>;
+}
+
+interface Infrastructure {
+  readonly eventStore: EventStore;
+  readonly readStore: ReadStore;
+  readonly watermark: Watermark;
+  readonly secrets: Secrets;
+  readonly redis: Redis | null;
+  readonly close: () => Promise<void>;
+}
+
+const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
+
+async function connectInfrastructure(config: Config, logger: Logger): Promise<Infrastructure> {
+  if (config.mode === 'embedded') {
+    const { secrets, file } = resolveEmbeddedSecrets(config);
+    if (config.secrets.internalApiKeys === undefined) {
+      logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
+    }
+    const eventStore = await openEmbeddedEventStore(config.dataDir);
+    const readStore = createMemoryReadStore();
+    const watermark = createLocalWatermark();
+    return {
+      eventStore,
+      readStore,
+      watermark,
+      secrets,
+      redis: null,
+      close: async () => {
+        await watermark.close();
+        await readStore.close();
+        await eventStore.close();
+      },
+    };
+  }
+
+  const redisOptions = { maxRetriesPerRequest: null, lazyConnect: false } as const;
+  const redis = new Redis(config.redisUrl, redisOptions);
+  const subscriber = new Redis(config.redisUrl, redisOptions);
+  redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
+  subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
+  const eventStore = createEsdbEventStore(config.eventStoreUrl);
+  const readStore = await createMongoReadStore(config.mongodbUri);
+  const watermark = await createRedisWatermark(redis, subscriber, readStore);
+  return {
+    eventStore,
+    readStore,
+    watermark,
+    secrets: config.secrets,
+    redis,
+    close: async () => {
+      await watermark.close();
+      await readStore.close();
+      await eventStore.close();
+      subscriber.disconnect();
+      redis.disconnect();
+    },
+  };
+}
+
+/**
+ * Runs the projector role. Embedded: straight away, and the API waits until it has caught
+ * up (read models are rebuilt in memory at start). Distributed: only while holding the
+ * lease in Redis; a standby takes over when the active one dies.
+ */
+function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger): { ready: Promise<void>; current: () => Projector | null; stop: () => Promise<void> } {
+  const projections = allProjections();
+  const options = {
+    onApplied: (position: Parameters<Watermark['advance']>[0]) => infra.watermark.advance(position),
+    onError: (error: unknown) => logger.error({ err: error instanceof Error ? error.message : String(error) }, 'projector failed'),
+  };
+
+  if (config.mode === 'embedded' || infra.redis === null) {
+    const started = startProjector(infra.eventStore, infra.readStore, projections, options);
+    return {
+      ready: started.then((p) => p.caughtUp),
+      current: () => null,
+      stop: async () => (await started).stop(),
+    };
+  }
+
+  const lease = createRedisLease(infra.redis, PROJECTOR_LEASE_KEY, config.projectorLeaseMs);
+  const abort = new AbortController();
+  let active: Projector | null = null;
+  const loop = (async () => {
+    while (!abort.signal.aborted) {
+      try {
+        await lease.acquire(abort.signal);
+      } catch {
+        return;
+      }
+      logger.info({ owner: lease.owner }, 'projector lease acquired');
+      const projector = await startProjector(infra.eventStore, infra.readStore, projections, options);
+      active = projector;
+      await Promise.race([lease.lost(), projector.done.catch(() => undefined)]);
+      active = null;
+      await projector.stop();
+      await lease.release();
+      if (!abort.signal.aborted) logger.warn('projector lease lost or projector stopped; standing by');
+    }
+  })();
+  return {
+    ready: Promise.resolve(),
+    current: () => active,
+    stop: async () => {
+      abort.abort();
+      const p = active;
+      active = null;
+      await lease.release();
+      if (p !== null) await p.stop();
+      await loop;
+    },
+  };
+}
+
+export async function startService(config: Config, logger: Logger, clock: Clock = systemClock): Promise<RunningService> {
+  const infra = await connectInfrastructure(config, logger);
+  const roles = new Set(config.roles);
+  const projector = roles.has('projector') ? runProjectorRole(config, infra, logger) : null;
+  if (projector !== null) await projector.ready;
+
+  let server: Server | null = null;
+  let behindSince: number | null = null;
+
+  const readiness = async (): Promise<ReadinessReport> => {
+    const checks: Record<string, { status: 'ok' | 'fail'; detail?: string }> = {};
+    const check = async (name: string, probe: () => Promise<void>): Promise<void> => {
+      try {
+        await Promise.race([probe(), new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), 2000).unref())]);
+        checks[name] = { status: 'ok' };
+      } catch (error) {
+        checks[name] = { status: 'fail', detail: error instanceof Error ? error.message : 'unavailable' };
+      }
+    };
+    let head: Awaited<ReturnType<EventStore['headPosition']>> = null;
+    await Promise.all([
+      check('eventStore', async () => {
+        head = await infra.eventStore.headPosition();
+      }),
+      check('readStore', () => infra.readStore.ping()),
+      ...(infra.redis !== null ? [check('redis', async () => void (await infra.redis?.ping()))] : []),
+    ]);
+    const current = infra.watermark.current();
+    const headPosition = head as Awaited<ReturnType<EventStore['headPosition']>>;
+    const caughtUp = headPosition === null || (current !== null && comparePositions(current, headPosition) >= 0);
+    if (caughtUp) behindSince = null;
+    else behindSince ??= Date.now();
+    const lagMs = behindSince === null ? 0 : Date.now() - behindSince;
+    checks.projector = lagMs <= 5000 ? { status: 'ok' } : { status: 'fail', detail: `behind for ${lagMs} ms` };
+    return { ready: Object.values(checks).every((c) => c.status === 'ok'), checks };
+  };
+
+  if (roles.has('api')) {
+    const users = createUserCommands({
+      eventStore: infra.eventStore,
+      watermark: infra.watermark,
+      clock,
+      readYourWritesTimeoutMs: config.readYourWritesTimeoutMs,
+    });
+    const app = createApp({
+      logger,
+      appOrigin: config.appOrigin,
+      trustProxy: config.trustProxy,
+      health: { readiness },
+      auth: { internalApiKeys: infra.secrets.internalApiKeys, users },
+    });
+    server = createServer(app);
+    const listening = server;
+    await new Promise<void>((resolve, reject) => {
+      listening.once('error', reject);
+      listening.listen(config.port, config.host, () => resolve());
+    });
+  }
+
+  const port = server === null ? null : (server.address() as AddressInfo).port;
+  logger.info({ port, mode: config.mode, roles: [...roles] }, 'service started');
+
+  return {
+    port,
+    stop: async () => {
+      if (server !== null) {
+        const s = server;
+        await new Promise<void>((resolve) => {
+          s.close(() => resolve());
+          s.closeIdleConnections();
+          setTimeout(() => s.closeAllConnections(), 8000).unref();
+        });
+      }
+      if (projector !== null) await projector.stop();
+      await infra.close();
+    },
+  };
+}

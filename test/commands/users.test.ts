@@ -1,0 +1,74 @@
+import { randomUUID } from 'node:crypto';
+import { ConflictError } from '../../src/domain/errors';
+import { newCommandContext, systemClock } from '../../src/commands/handler';
+import { createUserCommands, type SyncCustomerInput, type UserCommands } from '../../src/commands/users';
+import type { EventStore } from '../../src/infra/eventstore/port';
+import { createLocalWatermark } from '../../src/projections/watermark';
+import { userStream } from '../../src/domain/events';
+import { openEventStore, unique, type EventStoreKind } from '../support/adapters';
+
+const ctx = () => newCommandContext({ type: 'crm', id: 'key-1' }, `req-${randomUUID()}`);
+let nextSyncId = Math.floor(Math.random() * 1_000_000) * 100;
+
+function input(overrides: Partial<SyncCustomerInput> = {}): SyncCustomerInput {
+  nextSyncId++;
+  return { id: nextSyncId, first_name: 'Grace', last_name: 'Hopper', email: `${unique('g')}@example.com`, active: true, ...overrides };
+}
+
+describe.each<EventStoreKind>(['embedded', 'esdb'])('sync-customer command over the %s event store', (kind) => {
+  let store: EventStore;
+  let cleanup: () => Promise<void>;
+  let users: UserCommands;
+
+  beforeAll(async () => {
+    const opened = await openEventStore(kind);
+    store = opened.value;
+    cleanup = opened.cleanup;
+    // No projector here: the watermark never advances, so keep the wait short.
+    users = createUserCommands({ eventStore: store, watermark: createLocalWatermark(), clock: systemClock, readYourWritesTimeoutMs: 1 });
+  }, 30_000);
+  afterAll(() => cleanup());
+
+  test('two customers racing for one e-mail: exactly one gets it, the other a conflict', async () => {
+    const email = `${unique('race')}@example.com`;
+    const results = await Promise.allSettled(Array.from({ length: 6 }, () => users.syncCustomer(input({ email }), ctx())));
+    const ok = results.filter((r) => r.status === 'fulfilled');
+    const failed = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+    expect(ok).toHaveLength(1);
+    expect(failed).toHaveLength(5);
+    for (const f of failed) expect(f.reason).toBeInstanceOf(ConflictError);
+  });
+
+  test('one customer synced many times at once becomes one user, created once', async () => {
+    const body = input();
+    const results = await Promise.all(Array.from({ length: 5 }, () => users.syncCustomer(body, ctx())));
+    const ids = new Set(results.map((r) => r.user.userId));
+    expect(ids.size).toBe(1);
+    expect(results.filter((r) => r.created)).toHaveLength(1);
+    const events = [];
+    for await (const e of store.readStream(userStream([...ids][0] ?? ''))) events.push(e.type);
+    expect(events.filter((t) => t === 'UserSynced')).toHaveLength(1);
+  });
+
+  test('changing the e-mail releases the old one for someone else', async () => {
+    const first = input();
+    await users.syncCustomer(first, ctx());
+    await users.syncCustomer({ ...first, email: `${unique('moved')}@example.com` }, ctx());
+    const other = await users.syncCustomer(input({ email: first.email }), ctx());
+    expect(other.created).toBe(true);
+    expect(other.user.email).toBe(first.email);
+  });
+
+  test('no event holds the e-mail in its stream name', async () => {
+    const body = input({ email: `${unique('secret')}@example.com` });
+    await users.syncCustomer(body, ctx());
+    const sub = store.subscribe();
+    const names: string[] = [];
+    for await (const item of sub) {
+      if (item.kind === 'caught-up') break;
+      names.push(item.event.streamName);
+    }
+    await sub.close();
+    expect(names.some((n) => n.includes(body.email))).toBe(false);
+  });
+});

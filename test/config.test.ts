@@ -1,0 +1,89 @@
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { ConfigError, loadConfig } from '../src/config';
+
+const secrets = {
+  JWT_ACCESS_SECRET: 'a'.repeat(40),
+  JWT_REFRESH_SECRET: 'b'.repeat(40),
+  JWT_DEVICE_SECRET: 'c'.repeat(40),
+  INTERNAL_API_KEYS: 'k1, k2',
+};
+const services = { EVENTSTORE_URL: 'esdb://127.0.0.1:2113?tls=false', MONGODB_URI: 'mongodb://127.0.0.1:27017/hhc', REDIS_URL: 'redis://127.0.0.1:6379' };
+
+function problemsOf(env: NodeJS.ProcessEnv): string[] {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) return [...error.problems];
+    throw error;
+  }
+  return [];
+}
+
+describe('configuration', () => {
+  test('no configuration at all is embedded mode with the documented defaults', () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({
+      mode: 'embedded',
+      port: 3000,
+      host: '0.0.0.0',
+      dataDir: './data',
+      maxDevicesPerUser: 100,
+      offlineAfterSeconds: 300,
+      roles: ['api', 'projector', 'expiry'],
+    });
+  });
+
+  test('the three service URLs switch on distributed mode', () => {
+    const config = loadConfig({ ...services, ...secrets });
+    expect(config.mode).toBe('distributed');
+    if (config.mode !== 'distributed') return;
+    expect(config.secrets.internalApiKeys).toEqual(['k1', 'k2']);
+    expect(config.redisUrl).toBe(services.REDIS_URL);
+  });
+
+  test('distributed mode has no default secrets: each missing one is named', () => {
+    const problems = problemsOf({ ...services });
+    for (const name of ['JWT_ACCESS_SECRET', 'JWT_REFRESH_SECRET', 'JWT_DEVICE_SECRET', 'INTERNAL_API_KEYS']) {
+      expect(problems.some((p) => p.startsWith(name))).toBe(true);
+    }
+  });
+
+  test('only some of the service URLs is an error naming the missing ones', () => {
+    const problems = problemsOf({ EVENTSTORE_URL: services.EVENTSTORE_URL, ...secrets });
+    expect(problems.some((p) => p.startsWith('MONGODB_URI'))).toBe(true);
+    expect(problems.some((p) => p.startsWith('REDIS_URL'))).toBe(true);
+  });
+
+  test.each([
+    ['PORT', 'eighty'],
+    ['PORT', '70000'],
+    ['MAX_DEVICES_PER_USER', '0'],
+    ['OFFLINE_AFTER_SECONDS', '-5'],
+    ['REDIS_URL', 'http://nope'],
+    ['APP_ORIGIN', 'not a url'],
+    ['LOG_LEVEL', 'loud'],
+    ['ROLES', 'api,cook'],
+    ['JWT_ACCESS_SECRET', 'short'],
+  ])('a bad %s (%s) is refused by name', (name, value) => {
+    const problems = problemsOf({ [name]: value });
+    expect(problems.some((p) => p.startsWith(name))).toBe(true);
+  });
+
+  test('TRUST_PROXY takes the values Express understands', () => {
+    expect(loadConfig({ TRUST_PROXY: 'true' }).trustProxy).toBe(true);
+    expect(loadConfig({ TRUST_PROXY: '2' }).trustProxy).toBe(2);
+    expect(loadConfig({ TRUST_PROXY: 'loopback, 10.0.0.1' }).trustProxy).toBe('loopback, 10.0.0.1');
+    expect(loadConfig({}).trustProxy).toBeUndefined();
+  });
+
+  test('a bad value stops the process with a message naming the variable', () => {
+    const result = spawnSync(process.execPath, ['--import', 'tsx', join(__dirname, '..', 'src', 'main.ts')], {
+      env: { PATH: process.env.PATH ?? '', PORT: 'not-a-port' },
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
+    expect(result.status).toBe(1);
+    expect(result.stderr).toContain('PORT');
+  });
+});

@@ -5,6 +5,7 @@ import type { SyncCustomerResult, UserCommands } from '../../commands/users';
 import { parseInput } from '../validation';
 import { syncCustomerBody } from '../schemas';
 import { requestContext } from '../context';
+import { documentRoute } from '../openapi-registry';
 
 export interface AuthDeps {
   readonly internalApiKeys: readonly string[];
@@ -44,6 +45,22 @@ function syncResponse(result: SyncCustomerResult): Record<string, unknown> {
     created: result.created,
   };
 }
+
+documentRoute({
+  method: 'post',
+  path: '/auth/sync-customer',
+  tag: 'auth',
+  summary: 'Create or update a user from a CRM customer record',
+  security: 'internalApiKey',
+  body: syncCustomerBody,
+  responses: {
+    200: { description: 'Updated: `{success, user, created: false}`' },
+    201: { description: 'Created: `{success, user, created: true}`' },
+    400: { description: 'Validation failure' },
+    401: { description: 'Invalid API key' },
+    409: { description: 'E-mail held by another customer: `{success: false, error, code: "CONFLICT"}`' },
+  },
+});
 
 export function authRoutes(deps: AuthDeps): Router {
   const router = Router();

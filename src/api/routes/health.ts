@@ -1,3 +1,4 @@
+import { documentRoute } from '../openapi-registry';
 import { Router } from 'express';
 
 export interface ReadinessReport {
@@ -8,6 +9,23 @@ export interface ReadinessReport {
 export interface HealthDeps {
   readonly readiness: () => Promise<ReadinessReport>;
 }
+
+documentRoute({
+  method: 'get',
+  path: '/health',
+  tag: 'operations',
+  summary: 'Liveness: `{status: "ok", service: "home-hub-cloud"}`',
+  security: 'none',
+  responses: { 200: { description: 'The process lives' } },
+});
+documentRoute({
+  method: 'get',
+  path: '/health/ready',
+  tag: 'operations',
+  summary: 'Readiness of every dependency: `{status, checks}`',
+  security: 'none',
+  responses: { 200: { description: 'Every dependency answers' }, 503: { description: 'Names what is not ready' } },
+});
 
 /** Liveness needs nothing; readiness asks every dependency (decisions §8). */
 export function healthRoutes(deps: HealthDeps): Router {

@@ -384,6 +384,17 @@ const openDataDirectories = new Set<string>();
 async function acquireLock(directory: string): Promise<() => Promise<void>> {
   const lockFile = path.join(directory, LOCK_FILE_NAME);
   if (openDataDirectories.has(directory)) throw new EventStoreLockedError(directory, process.pid);
+  // Claimed before the first await, so two opens racing in this process cannot both win.
+  openDataDirectories.add(directory);
+  try {
+    return await createLockFile(directory, lockFile);
+  } catch (error) {
+    openDataDirectories.delete(directory);
+    throw error;
+  }
+}
+
+async function createLockFile(directory: string, lockFile: string): Promise<() => Promise<void>> {
   for (let attempt = 0; ; attempt++) {
     try {
       const handle = await fs.open(lockFile, 'wx');
@@ -392,15 +403,16 @@ async function acquireLock(directory: string): Promise<() => Promise<void>> {
       } finally {
         await handle.close();
       }
-      openDataDirectories.add(directory);
       return async () => {
-        openDataDirectories.delete(directory);
         await fs.rm(lockFile, { force: true });
+        openDataDirectories.delete(directory);
       };
     } catch (error) {
-      if (errorCode(error) !== 'EEXIST' || attempt > 0) throw error;
+      if (errorCode(error) !== 'EEXIST') throw error;
     }
     const ownerPid = Number.parseInt(await fs.readFile(lockFile, 'utf8').catch(() => ''), 10);
+    // Another process took over the stale lock between our two attempts.
+    if (attempt > 0) throw new EventStoreLockedError(directory, ownerPid);
     // A lock holding our own pid but not in our registry was left by an earlier process
     // that had the same pid (common in containers, where the service is often pid 1).
     if (Number.isInteger(ownerPid) && ownerPid !== process.pid && isProcessAlive(ownerPid)) {
@@ -948,17 +960,17 @@ async function firstRevisionWrittenSince(
 
 class LogSubscription implements Subscription {
   private closedByCaller = false;
-  private iterated = false;
+  private iterator: AsyncGenerator<SubscriptionItem> | null = null;
 
   constructor(
     private readonly items: (isClosed: () => boolean) => AsyncGenerator<SubscriptionItem>,
     private readonly wake: () => void,
   ) {}
 
+  /** Always the same iterator: a second `for await` continues where the first stopped. */
   [Symbol.asyncIterator](): AsyncIterator<SubscriptionItem> {
-    if (this.iterated) throw new Error('A subscription can be iterated only once');
-    this.iterated = true;
-    return this.items(() => this.closedByCaller);
+    this.iterator ??= this.items(() => this.closedByCaller);
+    return this.iterator;
   }
 
   async close(): Promise<void> {

@@ -58,14 +58,14 @@ interface Entry {
 
 /** Equality lookups on the first field of each declared index; documents whose value there is not a scalar stay in `others`. */
 interface EqualityIndex {
-  readonly path: Path;
+  readonly read: Getter;
   readonly buckets: Map<Scalar, Set<string>>;
   readonly others: Set<string>;
 }
 
 interface UniqueIndex {
   readonly name: string;
-  readonly paths: readonly Path[];
+  readonly reads: readonly Getter[];
   readonly owners: Map<string, string>;
 }
 
@@ -88,10 +88,9 @@ class MemoryCollection implements ReadCollection<Stored> {
     const { where, sort, skip, limit } = parseQuery(query);
     if (limit === 0) return [];
     const matching = this.select(where);
-    const compare = comparatorFor(sort);
     const end = limit === undefined ? matching.length : Math.min(matching.length, skip + limit);
     if (skip >= end) return [];
-    return sortedPrefix(matching, compare, end).slice(skip, end);
+    return sortDocuments(matching, sort, end).slice(skip, end);
   }
 
   async count(where?: Where): Promise<number> {
@@ -127,14 +126,14 @@ class MemoryCollection implements ReadCollection<Stored> {
     if (keys.length === 0) throw new TypeError('an index needs at least one field');
     const first = keys[0];
     if (first !== undefined && !this.equalityIndexes.has(first.field)) {
-      const index: EqualityIndex = { path: first.path, buckets: new Map(), others: new Set() };
+      const index: EqualityIndex = { read: first.read, buckets: new Map(), others: new Set() };
       for (const { doc } of this.entries.values()) addToEqualityIndex(index, doc);
       this.equalityIndexes.set(first.field, index);
     }
     if (options?.unique === true) {
       const name = keys.map((key) => key.field).join('\u0000');
       if (this.uniqueIndexes.has(name)) return;
-      const index: UniqueIndex = { name, paths: keys.map((key) => key.path), owners: new Map() };
+      const index: UniqueIndex = { name, reads: keys.map((key) => key.read), owners: new Map() };
       for (const { doc } of this.entries.values()) {
         const key = uniqueKey(index, doc);
         const owner = index.owners.get(key);
@@ -174,10 +173,8 @@ class MemoryCollection implements ReadCollection<Stored> {
     for (const condition of where) {
       const index = this.equalityIndexes.get(condition.field);
       if (index === undefined) continue;
-      let values: readonly Scalar[];
-      if (condition.kind === 'eq') values = [condition.value];
-      else if (condition.kind === 'in') values = condition.values;
-      else continue;
+      const values = condition.lookup;
+      if (values === undefined) continue;
       const ids: string[] = [...index.others];
       for (const value of new Set(values)) {
         const bucket = index.buckets.get(value);
@@ -206,7 +203,7 @@ class MemoryCollection implements ReadCollection<Stored> {
 
   private unindex(doc: Stored): void {
     for (const index of this.equalityIndexes.values()) {
-      const key = equalityKey(readPath(doc, index.path));
+      const key = equalityKey(index.read(doc));
       if (key === undefined) index.others.delete(doc.id);
       else {
         const bucket = index.buckets.get(key);
@@ -222,7 +219,7 @@ class MemoryCollection implements ReadCollection<Stored> {
 }
 
 function addToEqualityIndex(index: EqualityIndex, doc: Stored): void {
-  const key = equalityKey(readPath(doc, index.path));
+  const key = equalityKey(index.read(doc));
   if (key === undefined) {
     index.others.add(doc.id);
     return;
@@ -244,7 +241,7 @@ function equalityKey(value: unknown): Scalar | undefined {
 
 function uniqueKey(index: UniqueIndex, doc: Stored): string {
   // Like MongoDB, an absent field counts as null, so two documents without it collide.
-  return JSON.stringify(index.paths.map((path) => readPath(doc, path) ?? null));
+  return JSON.stringify(index.reads.map((read) => read(doc) ?? null));
 }
 
 function duplicateKeyError(index: UniqueIndex, owner: string, id: string): Error {
@@ -257,12 +254,17 @@ function duplicateKeyError(index: UniqueIndex, owner: string, id: string): Error
 // ---------------------------------------------------------------------------------------
 // Queries
 
-type Condition =
-  | { readonly kind: 'eq'; readonly field: string; readonly path: Path; readonly value: Scalar }
-  | { readonly kind: 'in'; readonly field: string; readonly path: Path; readonly values: readonly Scalar[]; readonly set: ReadonlySet<Scalar> }
-  | { readonly kind: 'range'; readonly field: string; readonly path: Path; readonly bounds: readonly Bound[] };
+/** A where entry, compiled: `read` takes the field's value out of a document, `test` decides on it. */
+interface Condition {
+  readonly field: string;
+  readonly read: Getter;
+  readonly test: (value: unknown) => boolean;
+  /** The values an equality index can look up (for equality and `in`). */
+  readonly lookup?: readonly Scalar[];
+}
 
 type CompiledWhere = readonly Condition[];
+type Getter = (doc: unknown) => unknown;
 
 interface Bound {
   readonly op: 'gt' | 'gte' | 'lt' | 'lte';
@@ -271,7 +273,7 @@ interface Bound {
 
 interface ParsedSortKey {
   readonly field: string;
-  readonly path: Path;
+  readonly read: Getter;
   readonly direction: 1 | -1;
 }
 
@@ -292,22 +294,26 @@ function compileWhere(where: Where | undefined): CompiledWhere {
   if (!isPlainObject(where)) throw new TypeError('where must be an object');
   const conditions: Condition[] = [];
   for (const [field, filter] of Object.entries(where)) {
-    const path = parseField(field);
-    const condition = compileFilter(field, path, filter);
+    const read = getterFor(parseField(field));
+    const condition = compileFilter(field, read, filter);
     if (condition !== undefined) conditions.push(condition);
   }
   return conditions;
 }
 
-function compileFilter(field: string, path: Path, filter: FieldFilter | undefined): Condition | undefined {
-  if (isScalar(filter)) return { kind: 'eq', field, path, value: filter };
+function compileFilter(field: string, read: Getter, filter: FieldFilter | undefined): Condition | undefined {
+  if (isScalar(filter)) return { field, read, test: equalityTest(filter), lookup: [filter] };
   if (!isPlainObject(filter)) throw new TypeError(`filter on "${field}" must be a scalar, {in: [...]} or a range`);
   const keys = Object.keys(filter);
   if ('in' in filter) {
     if (keys.length !== 1) throw new TypeError(`filter on "${field}": "in" cannot be combined with other operators`);
     const values: unknown = filter.in;
     if (!Array.isArray(values) || !values.every(isScalar)) throw new TypeError(`filter on "${field}": "in" must be an array of scalars`);
-    return { kind: 'in', field, path, values, set: new Set(values) };
+    const set = new Set<unknown>(values);
+    const matchesAbsent = set.has(null);
+    const test = (value: unknown): boolean =>
+      Array.isArray(value) ? value.some((element) => set.has(element)) : set.has(value) || (matchesAbsent && value === undefined);
+    return { field, read, test, lookup: values };
   }
   const bounds: Bound[] = [];
   for (const key of keys) {
@@ -318,7 +324,20 @@ function compileFilter(field: string, path: Path, filter: FieldFilter | undefine
     if (!isRangeBound(value)) throw new TypeError(`filter on "${field}": "${op}" must be a string, a finite number or a boolean`);
     bounds.push({ op, value });
   }
-  return bounds.length === 0 ? undefined : { kind: 'range', field, path, bounds };
+  if (bounds.length === 0) return undefined;
+  // On an array, each bound may be met by a different element (MongoDB without $elemMatch).
+  const test = (value: unknown): boolean =>
+    Array.isArray(value)
+      ? bounds.every((bound) => value.some((element) => satisfies(element, bound)))
+      : bounds.every((bound) => satisfies(value, bound));
+  return { field, read, test };
+}
+
+function equalityTest(expected: Scalar): (value: unknown) => boolean {
+  if (expected === null) {
+    return (value) => value === null || value === undefined || (Array.isArray(value) && value.includes(null));
+  }
+  return (value) => value === expected || (Array.isArray(value) && value.includes(expected));
 }
 
 function parseSort(keys: readonly SortKey[]): ParsedSortKey[] {
@@ -332,38 +351,14 @@ function parseSort(keys: readonly SortKey[]): ParsedSortKey[] {
     const path = parseField(key.field);
     if (seen.has(key.field)) continue;
     seen.add(key.field);
-    parsed.push({ field: key.field, path, direction: key.order === 'asc' ? 1 : -1 });
+    parsed.push({ field: key.field, read: getterFor(path), direction: key.order === 'asc' ? 1 : -1 });
   }
   return parsed;
 }
 
 function matchesAll(where: CompiledWhere, doc: Stored): boolean {
-  for (const condition of where) if (!matches(condition, readPath(doc, condition.path))) return false;
+  for (const condition of where) if (!condition.test(condition.read(doc))) return false;
   return true;
-}
-
-function matches(condition: Condition, value: unknown): boolean {
-  switch (condition.kind) {
-    case 'eq':
-      return equals(value, condition.value);
-    case 'in':
-      if (Array.isArray(value)) return value.some((element) => condition.set.has(element as Scalar));
-      return condition.set.has(value === undefined ? null : (value as Scalar));
-    case 'range':
-      return condition.bounds.every((bound) =>
-        Array.isArray(value) ? value.some((element) => satisfies(element, bound)) : satisfies(value, bound),
-      );
-    default: {
-      const _exhaustive: never = condition;
-      return _exhaustive;
-    }
-  }
-}
-
-function equals(value: unknown, expected: Scalar): boolean {
-  if (Array.isArray(value)) return value.some((element) => element === expected);
-  if (expected === null) return value === null || value === undefined;
-  return value === expected;
 }
 
 function satisfies(value: unknown, bound: Bound): boolean {
@@ -412,18 +407,35 @@ function compareStrings(a: string, b: string): number {
 // ---------------------------------------------------------------------------------------
 // Sorting
 
-type Compare = (a: Stored, b: Stored) => number;
+type Compare<T> = (a: T, b: T) => number;
 
-function comparatorFor(keys: readonly ParsedSortKey[]): Compare {
-  const byId: Compare = (a, b) => compareStrings(a.id, b.id);
-  if (keys.length === 0) return byId;
-  return (a, b) => {
-    for (const key of keys) {
-      const order = compareForSort(sortValue(readPath(a, key.path), key.direction), sortValue(readPath(b, key.path), key.direction));
-      if (order !== 0) return order * key.direction;
+const compareIds: Compare<Stored> = (a, b) => compareStrings(a.id, b.id);
+
+/**
+ * The first `count` documents in query order. Sort values are read once per document into
+ * one flat array and positions are sorted, so a query allocates little beyond its result.
+ */
+function sortDocuments(docs: Stored[], keys: readonly ParsedSortKey[], count: number): Stored[] {
+  if (keys.length === 0) return sortedPrefix(docs, compareIds, count);
+  const width = keys.length;
+  const directions = keys.map((key) => key.direction);
+  const values: unknown[] = new Array<unknown>(docs.length * width);
+  const positions: number[] = new Array<number>(docs.length);
+  for (let i = 0; i < docs.length; i++) {
+    positions[i] = i;
+    for (let j = 0; j < width; j++) {
+      const key = keys[j] as ParsedSortKey;
+      values[i * width + j] = sortValue(key.read(docs[i]), key.direction);
     }
-    return byId(a, b);
+  }
+  const compare: Compare<number> = (a, b) => {
+    for (let j = 0; j < width; j++) {
+      const order = compareForSort(values[a * width + j], values[b * width + j]);
+      if (order !== 0) return order * (directions[j] as number);
+    }
+    return compareStrings((docs[a] as Stored).id, (docs[b] as Stored).id);
   };
+  return sortedPrefix(positions, compare, count).map((i) => docs[i] as Stored);
 }
 
 /** Like MongoDB: an array sorts by its smallest element ascending, by its largest descending. */
@@ -450,6 +462,8 @@ function typeRank(value: unknown): number {
 }
 
 function compareForSort(a: unknown, b: unknown): number {
+  if (typeof a === 'string' && typeof b === 'string') return compareStrings(a, b);
+  if (typeof a === 'number' && typeof b === 'number') return a < b ? -1 : a > b ? 1 : 0;
   const rankA = typeRank(a);
   const rankB = typeRank(b);
   if (rankA !== rankB) return rankA < rankB ? -1 : 1;
@@ -493,16 +507,21 @@ function compareArrays(a: readonly unknown[], b: readonly unknown[]): number {
 }
 
 /** The first `count` items in order: a full sort when most are wanted, a bounded heap for a short page. */
-function sortedPrefix(items: Stored[], compare: Compare, count: number): Stored[] {
+function sortedPrefix<T>(items: T[], compare: Compare<T>, count: number): T[] {
   if (count * 8 >= items.length) return items.sort(compare);
   // Max-heap of the `count` smallest items seen so far.
-  const heap: Stored[] = [];
+  const heap: T[] = [];
+  const swap = (i: number, j: number): void => {
+    const item = heap[i] as T;
+    heap[i] = heap[j] as T;
+    heap[j] = item;
+  };
   const siftUp = (start: number): void => {
     let i = start;
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      if (compare(heap[i] as Stored, heap[parent] as Stored) <= 0) return;
-      [heap[i], heap[parent]] = [heap[parent] as Stored, heap[i] as Stored];
+      if (compare(heap[i] as T, heap[parent] as T) <= 0) return;
+      swap(i, parent);
       i = parent;
     }
   };
@@ -512,10 +531,10 @@ function sortedPrefix(items: Stored[], compare: Compare, count: number): Stored[
       const left = 2 * i + 1;
       const right = left + 1;
       let largest = i;
-      if (left < heap.length && compare(heap[left] as Stored, heap[largest] as Stored) > 0) largest = left;
-      if (right < heap.length && compare(heap[right] as Stored, heap[largest] as Stored) > 0) largest = right;
+      if (left < heap.length && compare(heap[left] as T, heap[largest] as T) > 0) largest = left;
+      if (right < heap.length && compare(heap[right] as T, heap[largest] as T) > 0) largest = right;
       if (largest === i) return;
-      [heap[i], heap[largest]] = [heap[largest] as Stored, heap[i] as Stored];
+      swap(i, largest);
       i = largest;
     }
   };
@@ -523,7 +542,7 @@ function sortedPrefix(items: Stored[], compare: Compare, count: number): Stored[
     if (heap.length < count) {
       heap.push(item);
       siftUp(heap.length - 1);
-    } else if (compare(item, heap[0] as Stored) < 0) {
+    } else if (compare(item, heap[0] as T) < 0) {
       heap[0] = item;
       siftDown();
     }
@@ -533,6 +552,15 @@ function sortedPrefix(items: Stored[], compare: Compare, count: number): Stored[
 
 // ---------------------------------------------------------------------------------------
 // Values
+
+/** A reader for a field; a plain property read when the field is one own key, the common case. */
+function getterFor(path: Path): Getter {
+  const key = path[0] as string;
+  if (path.length === 1 && !(key in Object.prototype)) {
+    return (doc) => (doc as Readonly<Record<string, unknown>>)[key];
+  }
+  return (doc) => readPath(doc, path);
+}
 
 /** Reads a dotted path; through an array it collects the values of its elements, as MongoDB does. */
 function readPath(doc: unknown, path: Path): unknown {

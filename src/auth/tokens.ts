@@ -1,0 +1,139 @@
+import { createSecretKey, randomUUID, type KeyObject } from 'node:crypto';
+import jwt, { type JwtPayload } from 'jsonwebtoken';
+import { UnauthorizedError } from '../domain/errors';
+import type { Secrets } from '../config';
+import type { UserRole } from '../domain/user';
+
+/**
+ * JWTs of the three kinds (decisions §3, §7). Keys are built once, `alg` is pinned to
+ * HS256, and the `type` claim is checked, so no kind of token is accepted where another
+ * is expected. A verified token never tells more than its claims: revocation (device
+ * generation, refresh status) is checked by the caller against state.
+ */
+
+export const ACCESS_TOKEN_TTL_SECONDS = 900;
+export const REFRESH_TOKEN_TTL_SECONDS = 30 * 24 * 60 * 60;
+export const DEVICE_TOKEN_TTL_SECONDS = 86_400;
+
+const ALGORITHM = 'HS256';
+
+export const TOKEN_MESSAGES = {
+  missing: 'Unauthorized',
+  invalid: 'Invalid token',
+  expired: 'Token has expired',
+  revoked: 'Token has been revoked',
+  invalidRefresh: 'Invalid refresh token',
+  expiredRefresh: 'Refresh token has expired',
+  revokedRefresh: 'Refresh token has been revoked',
+} as const;
+
+export interface AccessClaims {
+  readonly sub: string;
+  readonly email: string;
+  readonly role: UserRole;
+  readonly type: 'access';
+  readonly fam?: string;
+  readonly iat: number;
+  readonly exp: number;
+}
+
+export interface RefreshClaims {
+  readonly sub: string;
+  readonly jti: string;
+  readonly fam: string;
+  readonly type: 'refresh';
+  readonly iat: number;
+  readonly exp: number;
+}
+
+export interface DeviceClaims {
+  /** The device's internal id. */
+  readonly sub: string;
+  readonly deviceUuid: string;
+  readonly type: 'device';
+  /** Token generation: a newer issue revokes every older token. */
+  readonly gen: number;
+  readonly iat: number;
+  readonly exp: number;
+}
+
+export interface Tokens {
+  signAccess(claims: { sub: string; email: string; role: UserRole; fam?: string }): string;
+  signRefresh(claims: { sub: string; fam: string; jti?: string }): { token: string; jti: string };
+  signDevice(claims: { sub: string; deviceUuid: string; gen: number }): string;
+  /** Throws UnauthorizedError with the spec's message. */
+  verifyAccess(token: string): AccessClaims;
+  verifyRefresh(token: string): RefreshClaims;
+  verifyDevice(token: string): DeviceClaims;
+}
+
+type Messages = { readonly invalid: string; readonly expired: string };
+
+function verifyWith(key: KeyObject, token: string, messages: Messages): JwtPayload {
+  try {
+    const payload = jwt.verify(token, key, { algorithms: [ALGORITHM] });
+    if (typeof payload === 'string') throw new UnauthorizedError(messages.invalid);
+    return payload;
+  } catch (error) {
+    if (error instanceof UnauthorizedError) throw error;
+    if (error instanceof jwt.TokenExpiredError) throw new UnauthorizedError(messages.expired);
+    throw new UnauthorizedError(messages.invalid);
+  }
+}
+
+const isString = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
+const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+
+export function createTokens(secrets: Pick<Secrets, 'jwtAccessSecret' | 'jwtRefreshSecret' | 'jwtDeviceSecret'>): Tokens {
+  const accessKey = createSecretKey(Buffer.from(secrets.jwtAccessSecret, 'utf8'));
+  const refreshKey = createSecretKey(Buffer.from(secrets.jwtRefreshSecret, 'utf8'));
+  const deviceKey = createSecretKey(Buffer.from(secrets.jwtDeviceSecret, 'utf8'));
+  const accessMessages = { invalid: TOKEN_MESSAGES.invalid, expired: TOKEN_MESSAGES.expired };
+  const refreshMessages = { invalid: TOKEN_MESSAGES.invalidRefresh, expired: TOKEN_MESSAGES.expiredRefresh };
+
+  return {
+    signAccess: ({ sub, email, role, fam }) =>
+      jwt.sign({ sub, email, role, type: 'access', ...(fam !== undefined ? { fam } : {}) }, accessKey, {
+        algorithm: ALGORITHM,
+        expiresIn: ACCESS_TOKEN_TTL_SECONDS,
+      }),
+    signRefresh: ({ sub, fam, jti = randomUUID() }) => ({
+      token: jwt.sign({ sub, fam, jti, type: 'refresh' }, refreshKey, { algorithm: ALGORITHM, expiresIn: REFRESH_TOKEN_TTL_SECONDS }),
+      jti,
+    }),
+    signDevice: ({ sub, deviceUuid, gen }) =>
+      jwt.sign({ sub, deviceUuid, gen, type: 'device' }, deviceKey, { algorithm: ALGORITHM, expiresIn: DEVICE_TOKEN_TTL_SECONDS }),
+
+    verifyAccess(token) {
+      const p = verifyWith(accessKey, token, accessMessages);
+      if (p.type !== 'access' || !isString(p.sub) || !isString(p.email) || (p.role !== 'user' && p.role !== 'admin')) {
+        throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
+      }
+      if (p.fam !== undefined && !isString(p.fam)) throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
+      return { sub: p.sub, email: p.email, role: p.role, type: 'access', ...(isString(p.fam) ? { fam: p.fam } : {}), iat: p.iat ?? 0, exp: p.exp ?? 0 };
+    },
+    verifyRefresh(token) {
+      const p = verifyWith(refreshKey, token, refreshMessages);
+      if (p.type !== 'refresh' || !isString(p.sub) || !isString(p.jti) || !isString(p.fam)) {
+        throw new UnauthorizedError(TOKEN_MESSAGES.invalidRefresh);
+      }
+      return { sub: p.sub, jti: p.jti, fam: p.fam, type: 'refresh', iat: p.iat ?? 0, exp: p.exp ?? 0 };
+    },
+    verifyDevice(token) {
+      const p = verifyWith(deviceKey, token, accessMessages);
+      const gen: unknown = p.gen;
+      if (p.type !== 'device' || !isString(p.sub) || !isString(p.deviceUuid) || !isNumber(gen)) {
+        throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
+      }
+      return { sub: p.sub, deviceUuid: p.deviceUuid, type: 'device', gen, iat: p.iat ?? 0, exp: p.exp ?? 0 };
+    },
+  };
+}
+
+/** The bearer token of an Authorization header, or a 401 `Unauthorized` when there is none. */
+export function bearerToken(header: string | undefined): string {
+  if (header === undefined) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
+  const match = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*)$/.exec(header.trim());
+  if (match === null || match[1] === undefined) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
+  return match[1];
+}

@@ -1,0 +1,115 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { loadConfig } from '../../src/config';
+import { createLogger } from '../../src/logger';
+import { startService, type RunningService } from '../../src/service';
+import { createTokens, type Tokens } from '../../src/auth/tokens';
+import { startStack, type Stack } from './stack';
+import { TEST_SECRETS } from './server';
+
+export type Mode = 'embedded' | 'distributed';
+export const MODES: readonly Mode[] = ['embedded', 'distributed'];
+export const CRM_KEY = 'test-crm-key-1';
+
+/** A real service started in this process on port 0, in either mode, with its log captured. */
+export interface TestService {
+  readonly mode: Mode;
+  readonly baseUrl: string;
+  readonly env: Readonly<Record<string, string>>;
+  /** Signs tokens with the service's own keys, exactly as login and device auth do. */
+  readonly tokens: Tokens;
+  /** Every log line so far, as written. */
+  readonly logs: () => string;
+  /** Starts a second service (another API process) against the same stores. */
+  readonly startAnother: (extraEnv?: Record<string, string>) => Promise<TestService>;
+  readonly stop: () => Promise<void>;
+}
+
+async function startWith(mode: Mode, env: Record<string, string>, owned: { stack: Stack | null; dir: string | null }): Promise<TestService> {
+  let logs = '';
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      logs += chunk.toString();
+      done();
+    },
+  });
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env });
+  const service: RunningService = await startService(config, createLogger(config.logLevel, sink));
+  const tokens = createTokens({
+    jwtAccessSecret: env.JWT_ACCESS_SECRET ?? '',
+    jwtRefreshSecret: env.JWT_REFRESH_SECRET ?? '',
+    jwtDeviceSecret: env.JWT_DEVICE_SECRET ?? '',
+  });
+  return {
+    mode,
+    baseUrl: `http://127.0.0.1:${service.port ?? 0}`,
+    env,
+    tokens,
+    logs: () => logs,
+    startAnother: (extraEnv = {}) => startWith(mode, { ...env, ...extraEnv }, { stack: null, dir: null }),
+    stop: async () => {
+      await service.stop();
+      await owned.stack?.stop();
+      if (owned.dir !== null) rmSync(owned.dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Embedded: a fresh DATA_DIR. Distributed: a fresh stack (EventStoreDB stand-in, jongodb,
+ * private Redis). Either way with known secrets, so tests can sign tokens.
+ */
+export async function startTestService(mode: Mode, extraEnv: Record<string, string> = {}): Promise<TestService> {
+  if (mode === 'embedded') {
+    const dir = mkdtempSync(join(tmpdir(), 'hhc-test-'));
+    return startWith(mode, { ...TEST_SECRETS, DATA_DIR: dir, ...extraEnv }, { stack: null, dir });
+  }
+  const stack = await startStack();
+  return startWith(mode, { ...TEST_SECRETS, ...stack.env, ...extraEnv }, { stack, dir: null });
+}
+
+/** JSON over real HTTP. */
+export async function api(
+  service: Pick<TestService, 'baseUrl'>,
+  method: string,
+  path: string,
+  options: { body?: unknown; token?: string; headers?: Record<string, string> } = {},
+): Promise<{ status: number; body: unknown; headers: Headers }> {
+  const headers: Record<string, string> = { ...options.headers };
+  if (options.body !== undefined) headers['Content-Type'] = 'application/json';
+  if (options.token !== undefined) headers.Authorization = `Bearer ${options.token}`;
+  const res = await fetch(`${service.baseUrl}/api/v1${path}`, {
+    method,
+    headers,
+    ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {}),
+  });
+  const text = await res.text();
+  let body: unknown = text;
+  try {
+    body = text.length > 0 ? JSON.parse(text) : null;
+  } catch {
+    // not JSON: keep the text
+  }
+  return { status: res.status, body, headers: res.headers };
+}
+
+let nextCustomerId = 10_000 + Math.floor(Math.random() * 1_000_000);
+
+/** Creates a user through the CRM endpoint and returns it with an access token signed by the service's key. */
+export async function createUser(
+  service: TestService,
+  fields: { email?: string; firstName?: string; lastName?: string; role?: 'user' | 'admin' } = {},
+): Promise<{ id: string; email: string; accessToken: string }> {
+  const id = nextCustomerId++;
+  const email = fields.email ?? `user.${id}@example.com`;
+  const res = await api(service, 'POST', '/auth/sync-customer', {
+    headers: { 'X-Internal-Api-Key': CRM_KEY },
+    body: { id, first_name: fields.firstName ?? 'Test', last_name: fields.lastName ?? 'User', email, active: true },
+  });
+  if (res.status !== 201) throw new Error(`sync-customer answered ${res.status}: ${JSON.stringify(res.body)}`);
+  const user = (res.body as { user: { id: string; email: string } }).user;
+  const accessToken = service.tokens.signAccess({ sub: user.id, email: user.email, role: fields.role ?? 'user' });
+  return { id: user.id, email: user.email, accessToken };
+}

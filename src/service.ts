@@ -7,6 +7,8 @@ import { createApp } from './api/app';
 import type { ReadinessReport } from './api/routes/health';
 import { systemClock, type Clock } from './commands/handler';
 import { createUserCommands } from './commands/users';
+import { createDeviceCommands } from './commands/devices';
+import { createTokens } from './auth/tokens';
 import type { EventStore } from './infra/eventstore/port';
 import { comparePositions } from './infra/eventstore/port';
 import { openEmbeddedEventStore } from './infra/eventstore/embedded';
@@ -19,10 +21,19 @@ import { startProjector, type Projector } from './projections/projector';
 import { createLocalWatermark, createRedisWatermark, type Watermark } from './projections/watermark';
 import { createRedisLease } from './projections/lease';
 import { resolveEmbeddedSecrets } from './secrets';
+import { createAuthCommands, type AuthCommands } from './commands/auth';
+import { createSessionCommands } from './commands/sessions';
+import { createPasswordHasher } from './auth/passwords';
+import type { CredentialStore } from './infra/credentials/port';
+import { openFileCredentialStore } from './infra/credentials/file';
+import { openMongoCredentialStore } from './infra/credentials/mongo';
+import { createLogMailer, createSmtpMailer, type Mailer } from './infra/mail/mailer';
 
 export interface RunningService {
   /** The HTTP port, when this process runs the API role. */
   readonly port: number | null;
+  /** The event store this process writes to (tests and tools read streams back through it). */
+  readonly eventStore: EventStore;
   readonly stop: () => Promise<void>;
 }
 
@@ -32,6 +43,8 @@ interface Infrastructure {
   readonly watermark: Watermark;
   readonly secrets: Secrets;
   readonly redis: Redis | null;
+  /** Password hashes: not events, not a read model (never rebuilt). */
+  readonly credentials: CredentialStore;
   readonly close: () => Promise<void>;
 }
 
@@ -46,15 +59,18 @@ async function connectInfrastructure(config: Config, logger: Logger): Promise<In
     const eventStore = await openEmbeddedEventStore(config.dataDir);
     const readStore = createMemoryReadStore();
     const watermark = createLocalWatermark();
+    const credentials = await openFileCredentialStore(config.dataDir);
     return {
       eventStore,
       readStore,
       watermark,
       secrets,
       redis: null,
+      credentials,
       close: async () => {
         await watermark.close();
         await readStore.close();
+        await credentials.close();
         await eventStore.close();
       },
     };
@@ -68,15 +84,19 @@ async function connectInfrastructure(config: Config, logger: Logger): Promise<In
   const eventStore = createEsdbEventStore(config.eventStoreUrl);
   const readStore = await createMongoReadStore(config.mongodbUri);
   const watermark = await createRedisWatermark(redis, subscriber, readStore);
+  // The `credentials` collection of the read models' database, on a client of its own.
+  const credentials = await openMongoCredentialStore(config.mongodbUri);
   return {
     eventStore,
     readStore,
     watermark,
     secrets: config.secrets,
     redis,
+    credentials,
     close: async () => {
       await watermark.close();
       await readStore.close();
+      await credentials.close();
       await eventStore.close();
       subscriber.disconnect();
       redis.disconnect();
@@ -176,19 +196,56 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     return { ready: Object.values(checks).every((c) => c.status === 'ok'), checks };
   };
 
+  let auth: AuthCommands | null = null;
+  let mailer: Mailer | null = null;
   if (roles.has('api')) {
+    const sessions = createSessionCommands({
+      eventStore: infra.eventStore,
+      readStore: infra.readStore,
+      watermark: infra.watermark,
+      clock,
+      readYourWritesTimeoutMs: config.readYourWritesTimeoutMs,
+    });
     const users = createUserCommands({
       eventStore: infra.eventStore,
       watermark: infra.watermark,
       clock,
       readYourWritesTimeoutMs: config.readYourWritesTimeoutMs,
+      revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
+    });
+    const tokens = createTokens(infra.secrets);
+    const devices = createDeviceCommands({
+      eventStore: infra.eventStore,
+      readStore: infra.readStore,
+      watermark: infra.watermark,
+      clock,
+      readYourWritesTimeoutMs: config.readYourWritesTimeoutMs,
+      maxDevicesPerUser: config.maxDevicesPerUser,
+    });
+    mailer = config.smtpUrl !== undefined ? createSmtpMailer(config.smtpUrl, config.mailFrom) : createLogMailer(logger, config.mailFrom);
+    auth = createAuthCommands({
+      eventStore: infra.eventStore,
+      readStore: infra.readStore,
+      credentials: infra.credentials,
+      hasher: createPasswordHasher(),
+      tokens,
+      sessions,
+      mailer,
+      logger,
+      clock,
+      watermark: infra.watermark,
+      readYourWritesTimeoutMs: config.readYourWritesTimeoutMs,
+      adminEmails: config.adminEmails,
+      appOrigin: config.appOrigin,
     });
     const app = createApp({
       logger,
       appOrigin: config.appOrigin,
       trustProxy: config.trustProxy,
       health: { readiness },
-      auth: { internalApiKeys: infra.secrets.internalApiKeys, users },
+      auth: { internalApiKeys: infra.secrets.internalApiKeys, users, auth, tokens },
+      users: { tokens, readStore: infra.readStore, adminEmails: config.adminEmails },
+      devices: { tokens, readStore: infra.readStore, devices },
     });
     server = createServer(app);
     const listening = server;
@@ -203,6 +260,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
 
   return {
     port,
+    eventStore: infra.eventStore,
     stop: async () => {
       if (server !== null) {
         const s = server;
@@ -212,6 +270,9 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
           setTimeout(() => s.closeAllConnections(), 8000).unref();
         });
       }
+      // Reset mails still on their way are sent before the stores close.
+      await auth?.drain();
+      mailer?.close();
       if (projector !== null) await projector.stop();
       await infra.close();
     },

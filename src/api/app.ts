@@ -4,6 +4,9 @@ import { errorMiddleware, notFoundHandler } from './http-errors';
 import { cors, requestId, requireJsonBody } from './middleware';
 import { healthRoutes, type HealthDeps } from './routes/health';
 import { authRoutes, type AuthDeps } from './routes/auth';
+import { deviceRoutes, type DeviceDeps } from './routes/devices';
+import { openApiRoutes } from './routes/openapi';
+import { userRoutes, type UserRouteDeps } from './routes/users';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
 
@@ -13,6 +16,8 @@ export interface AppDeps {
   readonly trustProxy: boolean | number | string | undefined;
   readonly health: HealthDeps;
   readonly auth: AuthDeps;
+  readonly users: UserRouteDeps;
+  readonly devices: DeviceDeps;
 }
 
 /** The HTTP API: every route lives under /api/v1; unknown routes answer 404 JSON. */
@@ -29,7 +34,10 @@ export function createApp(deps: AppDeps): Express {
 
   const v1 = express.Router();
   v1.use(healthRoutes(deps.health));
+  v1.use(openApiRoutes());
   v1.use('/auth', authRoutes(deps.auth));
+  v1.use('/users', userRoutes(deps.users));
+  v1.use('/devices', deviceRoutes(deps.devices));
   app.use('/api/v1', v1);
 
   app.use(notFoundHandler);

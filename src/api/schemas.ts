@@ -1,9 +1,12 @@
 import { z } from 'zod';
+import { PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH } from '../auth/passwords';
 
 /** Request schemas: the single source of truth for validation (and, later, the OpenAPI document). */
 
 const optionalInt = z.number().int().nullish().transform((v) => v ?? undefined);
 const optionalText = z.string().max(255).nullish().transform((v) => v ?? undefined);
+/** Trimmed and lower-cased: addresses are stored, indexed and compared that way. */
+const emailAddress = z.string().trim().max(254).pipe(z.email()).transform((s) => s.toLowerCase());
 
 export const syncCustomerBody = z.object({
   id: z.number().int().positive(),
@@ -11,7 +14,7 @@ export const syncCustomerBody = z.object({
   company_name: optionalText,
   first_name: z.string().trim().min(1).max(255),
   last_name: z.string().trim().min(1).max(255),
-  email: z.string().trim().max(254).pipe(z.email()).transform((s) => s.toLowerCase()),
+  email: emailAddress,
   user_type: optionalInt,
   mrr: z
     .union([z.number().finite(), z.string().trim().regex(/^-?\d+(\.\d+)?$/, 'must be a decimal number')])
@@ -31,3 +34,55 @@ function decimalString(n: number): string {
   if (!/e/i.test(s)) return s;
   return n.toLocaleString('en-US', { useGrouping: false, maximumFractionDigits: 20 });
 }
+
+// ---------------------------------------------------------------------------------------
+// Authentication (decisions §3)
+
+/** New passwords; bounded so one argon2 run stays cheap to feed. */
+const newPassword = z.string().min(PASSWORD_MIN_LENGTH).max(PASSWORD_MAX_LENGTH);
+
+export const loginBody = z.object({
+  email: emailAddress,
+  // Any length a password could have had; checked against the hash, never against rules.
+  password: z.string().min(1).max(1024),
+});
+
+export const refreshBody = z.object({ refreshToken: z.string().min(1).max(4096) });
+
+export const passwordResetRequestBody = z.object({ email: emailAddress });
+
+export const passwordResetConfirmBody = z.object({
+  token: z.string().min(1).max(512),
+  password: newPassword,
+});
+
+// Responses (documentation only: the OpenAPI document shows them).
+
+const userSummary = z.object({
+  id: z.uuid(),
+  email: z.email(),
+  firstName: z.string(),
+  lastName: z.string(),
+  role: z.enum(['user', 'admin']),
+});
+
+export const tokenPairResponse = z.object({
+  accessToken: z.string(),
+  refreshToken: z.string(),
+  expiresIn: z.literal(900),
+});
+
+export const loginResponse = tokenPairResponse.extend({ user: userSummary });
+
+export const messageResponse = z.object({ message: z.string() });
+
+export const userResponse = userSummary.extend({
+  isActive: z.boolean(),
+  isEmailVerified: z.boolean(),
+  profile: z.object({ avatar: z.string().nullable(), timezone: z.string(), language: z.string().nullable() }),
+  devices: z.array(
+    z.object({ id: z.string(), name: z.string(), role: z.enum(['owner', 'editor', 'viewer']), isOnline: z.boolean() }),
+  ),
+  createdAt: z.iso.datetime(),
+  updatedAt: z.iso.datetime(),
+});

@@ -38,9 +38,49 @@ export interface HandledCommand<State, E extends DomainEvent> {
   readonly position: GlobalPosition | null;
 }
 
-export interface HandleOptions {
+/** A folded stream: its state and the revision of the last event folded into it. */
+export interface FoldedStream<State> {
+  readonly state: State;
+  readonly revision: bigint;
+}
+
+/**
+ * Folded states by stream name. Streams are append-only, so a cached fold plus the events
+ * appended since is the current state: a command then reads only those events, not the
+ * whole stream. Safe across processes (another process's appends are simply read).
+ */
+export interface StateCache<State> {
+  get(streamName: string): FoldedStream<State> | undefined;
+  set(streamName: string, folded: FoldedStream<State>): void;
+}
+
+/** A cache that forgets the least recently used stream beyond `maxEntries`. */
+export function createStateCache<State>(maxEntries: number): StateCache<State> {
+  const entries = new Map<string, FoldedStream<State>>();
+  return {
+    get(streamName) {
+      const folded = entries.get(streamName);
+      if (folded !== undefined) {
+        entries.delete(streamName);
+        entries.set(streamName, folded);
+      }
+      return folded;
+    },
+    set(streamName, folded) {
+      const known = entries.get(streamName);
+      if (known !== undefined && known.revision > folded.revision) return;
+      entries.delete(streamName);
+      entries.set(streamName, folded);
+      if (entries.size > maxEntries) entries.delete(entries.keys().next().value as string);
+    },
+  };
+}
+
+export interface HandleOptions<State = unknown> {
   /** How many times to re-read and re-decide after a concurrent append. */
   readonly maxRetries?: number;
+  /** Start from a cached fold and read only the events appended since. */
+  readonly cache?: StateCache<State>;
 }
 
 export function eventMetadata(ctx: CommandContext, occurredAt: string): EventMetadata {
@@ -58,16 +98,20 @@ export function toNewEvents(events: readonly DomainEvent[], ctx: CommandContext,
   return events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data, metadata }));
 }
 
-/** Reads a stream and folds it; returns the state and the stream's revision (-1n when empty). */
+/**
+ * Reads a stream and folds it; returns the state and the stream's revision (-1n when empty).
+ * Given an earlier fold of the same stream, reads only the events after it.
+ */
 export async function loadAggregate<State, E extends DomainEvent>(
   store: EventStore,
   evolve: (state: State, event: E) => State,
   initialState: () => State,
   streamName: string,
+  from?: FoldedStream<State>,
 ): Promise<{ state: State; revision: bigint }> {
-  let state = initialState();
-  let revision = -1n;
-  for await (const recorded of store.readStream(streamName)) {
+  let state = from?.state ?? initialState();
+  let revision = from?.revision ?? -1n;
+  for await (const recorded of store.readStream(streamName, from !== undefined ? { fromRevision: from.revision + 1n } : {})) {
     state = evolve(state, { type: recorded.type, data: recorded.data } as E);
     revision = recorded.revision;
   }
@@ -86,11 +130,13 @@ export async function handleCommand<State, C extends Command, E extends DomainEv
   command: C,
   ctx: CommandContext,
   clock: Clock,
-  options: HandleOptions = {},
+  options: HandleOptions<State> = {},
 ): Promise<HandledCommand<State, E>> {
-  const maxRetries = options.maxRetries ?? 5;
+  const maxRetries = options.maxRetries ?? 10;
+  const cache = options.cache;
   for (let attempt = 0; ; attempt++) {
-    const { state, revision } = await loadAggregate(store, decider.evolve, decider.initialState, streamName);
+    const { state, revision } = await loadAggregate(store, decider.evolve, decider.initialState, streamName, cache?.get(streamName));
+    if (revision >= 0n) cache?.set(streamName, { state, revision });
     const events = decider.decide(command, state);
     if (events.length === 0) return { state, events, revision, position: null };
 
@@ -99,13 +145,18 @@ export async function handleCommand<State, C extends Command, E extends DomainEv
     try {
       result = await store.append(streamName, toNewEvents(events, ctx, clock.now().toISOString()), expected);
     } catch (error) {
-      if (error instanceof WrongExpectedRevisionError && attempt < maxRetries) continue;
+      if (error instanceof WrongExpectedRevisionError && attempt < maxRetries) {
+        // Jittered backoff, so writers that collided do not collide again in lockstep.
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 2 ** Math.min(attempt, 6)));
+        continue;
+      }
       if (error instanceof WrongExpectedRevisionError) {
         throw new ConflictError('The resource was changed concurrently, please retry');
       }
       throw error;
     }
     const newState = events.reduce(decider.evolve, state);
+    cache?.set(streamName, { state: newState, revision: result.nextExpectedRevision });
     return { state: newState, events, revision: result.nextExpectedRevision, position: result.position };
   }
 }

@@ -12,6 +12,8 @@ export interface UserCommandDeps {
   readonly watermark: Watermark;
   readonly clock: Clock;
   readonly readYourWritesTimeoutMs: number;
+  /** Deactivation revokes every refresh-token family of the user (decisions §3). */
+  readonly revokeSessions: (userId: string, reason: 'deactivated', ctx: CommandContext) => Promise<void>;
 }
 
 /** The sync-customer body after validation at the edge. */
@@ -141,6 +143,9 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
 
       await settle([claimPosition, result.position]);
       if (!result.state.exists) throw new Error('sync-customer left no user behind');
+      // Once the user reads as inactive, no new family can be opened (login checks), nor
+      // an old one rotated (refresh checks too, for a family opened in between).
+      if (result.events.some((e) => e.type === 'UserDeactivated')) await deps.revokeSessions(userId, 'deactivated', ctx);
       const created = result.events.some((e) => e.type === 'UserSynced' && e.data.created);
       return { user: result.state, created };
     },

@@ -1,6 +1,7 @@
 import { asHomeHubEvent, parseStreamName } from '../domain/events';
 import type { CrmFields, UserProfile } from '../domain/user';
 import type { RecordedEvent } from '../infra/eventstore/port';
+import type { ReadStore } from '../infra/readstore/port';
 import { documentProjection } from './projection';
 
 export const USERS_COLLECTION = 'users';
@@ -65,3 +66,9 @@ export const usersProjection = documentProjection<UserDoc>({
   evolve: (doc, event) => evolveUserDoc(doc, event),
   indexes: [{ fields: [{ field: 'email', order: 'asc' }] }],
 });
+
+/** The user holding an e-mail address (stored lowercase), or null. */
+export async function findUserByEmail(store: ReadStore, email: string): Promise<UserDoc | null> {
+  const [user] = await store.collection<UserDoc>(USERS_COLLECTION).find({ where: { email }, limit: 1 });
+  return user ?? null;
+}

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { ConflictError } from '../../src/domain/errors';
 import type { Command, Decider, DomainEvent } from '../../src/domain/messages';
-import { handleCommand, newCommandContext, type Clock } from '../../src/commands/handler';
+import { createStateCache, handleCommand, newCommandContext, type Clock } from '../../src/commands/handler';
 import type { EventStore } from '../../src/infra/eventstore/port';
 import { openEventStore, unique, type EventStoreKind } from '../support/adapters';
 
@@ -100,5 +100,50 @@ describe.each<EventStoreKind>(['embedded', 'esdb'])('command handler over the %s
       handleCommand(slowStore, racing, stream, { type: 'Increment', data: { by: 1, max: 100 } }, ctx(), clock, { maxRetries: 2 }),
     ).rejects.toThrow(ConflictError);
     expect(sneaky).toBe(3);
+  });
+
+  test('with a state cache, reads only the events appended since the cached fold, wherever they came from', async () => {
+    const stream = unique('counter-');
+    const reads: Array<bigint | undefined> = [];
+    const counting: EventStore = {
+      ...store,
+      readStream: (name, options) => {
+        reads.push(options?.fromRevision);
+        return store.readStream(name, options);
+      },
+      append: (name, events, expected) => store.append(name, events, expected),
+      subscribe: (o) => store.subscribe(o),
+      setStreamMaxAge: (n, s) => store.setStreamMaxAge(n, s),
+      headPosition: () => store.headPosition(),
+      close: () => store.close(),
+    };
+    const cache = createStateCache<number>(10);
+    const increment = (by: number) => handleCommand(counting, counter, stream, { type: 'Increment', data: { by, max: 100 } }, ctx(), clock, { cache });
+    await increment(1);
+    await increment(2);
+    // Another process appends behind this one's back: the cached fold catches up on it.
+    await handleCommand(store, counter, stream, { type: 'Increment', data: { by: 10, max: 100 } }, ctx(), clock);
+    const last = await increment(4);
+    expect(last.state).toBe(17);
+    expect(last.revision).toBe(3n);
+    expect(reads).toEqual([undefined, 1n, 2n]);
+    expect(cache.get(stream)).toEqual({ state: 17, revision: 3n });
+    // A business rule still sees the whole state.
+    await expect(handleCommand(counting, counter, stream, { type: 'Increment', data: { by: 5, max: 20 } }, ctx(), clock, { cache })).rejects.toThrow(
+      'Counter limit reached',
+    );
+  });
+});
+
+describe('state cache', () => {
+  test('forgets the least recently used stream and never goes back to an older fold', () => {
+    const cache = createStateCache<string>(2);
+    cache.set('a', { state: 'a1', revision: 1n });
+    cache.set('b', { state: 'b1', revision: 1n });
+    expect(cache.get('a')?.state).toBe('a1'); // a is now the most recently used
+    cache.set('c', { state: 'c1', revision: 1n });
+    expect(cache.get('b')).toBeUndefined();
+    cache.set('a', { state: 'a0', revision: 0n });
+    expect(cache.get('a')).toEqual({ state: 'a1', revision: 1n });
   });
 });

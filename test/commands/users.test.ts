@@ -25,7 +25,13 @@ describe.each<EventStoreKind>(['embedded', 'esdb'])('sync-customer command over 
     store = opened.value;
     cleanup = opened.cleanup;
     // No projector here: the watermark never advances, so keep the wait short.
-    users = createUserCommands({ eventStore: store, watermark: createLocalWatermark(), clock: systemClock, readYourWritesTimeoutMs: 1 });
+    users = createUserCommands({
+      eventStore: store,
+      watermark: createLocalWatermark(),
+      clock: systemClock,
+      readYourWritesTimeoutMs: 1,
+      revokeSessions: async () => undefined,
+    });
   }, 30_000);
   afterAll(() => cleanup());
 

@@ -33,6 +33,23 @@ describe('memory read store', () => {
     expect(await docs.get('a')).toBeNull();
   });
 
+  // MongoDB orders strings by UTF-8 bytes, which is code point order; JavaScript's `<` is
+  // UTF-16 order and differs past the BMP. Not in the contract: jongodb orders by UTF-16.
+  it('orders strings by code point, as MongoDB does, also beyond the BMP', async () => {
+    const docs = createMemoryReadStore().collection<Doc>('docs');
+    const names = { a: '\u{1F600}', b: '\uFFFD', c: 'z', d: 'é', e: '\uE000' };
+    for (const [id, name] of Object.entries(names)) await docs.put({ id, name, tags: [] }, '1');
+    const sorted = await docs.find({ sort: [{ field: 'name', order: 'asc' }] });
+    expect(sorted.map((doc) => doc.id)).toEqual(['c', 'd', 'e', 'b', 'a']);
+    expect((await docs.find({ where: { name: { gt: '\uFFFD' } } })).map((doc) => doc.id)).toEqual(['a']);
+    // Ids break ties in the same order, and guards compare the same way.
+    await docs.put({ id: '\u{1F600}', name: 'same', tags: [] }, '1');
+    await docs.put({ id: '\uFFFD', name: 'same', tags: [] }, '1');
+    expect((await docs.find({ where: { name: 'same' } })).map((doc) => doc.id)).toEqual(['\uFFFD', '\u{1F600}']);
+    expect(await docs.put({ id: 'a', name: 'x', tags: [] }, '\uFFFD')).toBe(true);
+    expect(await docs.put({ id: 'a', name: 'y', tags: [] }, '\u{1F600}')).toBe(true);
+  });
+
   it('keeps a field named __proto__ as data', async () => {
     const docs = createMemoryReadStore().collection<ReadDoc & Record<string, unknown>>('docs');
     const doc = JSON.parse('{"id":"a","__proto__":{"polluted":true}}') as ReadDoc & Record<string, unknown>;

@@ -272,6 +272,42 @@ describe('embedded event log', () => {
       await expect(openEmbeddedEventStore(dir)).rejects.toBeInstanceOf(CorruptEventLogError);
     });
 
+    it('drops the last write from a hole onwards, even when intact records of that write follow', async () => {
+      const dir = await dataDirectory();
+      const commits: GroupCommit[] = [];
+      const store = await openStore(dir, { onGroupCommit: (commit) => commits.push(commit) });
+      await store.append('earlier', [newEvent('Synced')], 'no_stream');
+      await Promise.all(Array.from({ length: 40 }, (_, i) => store.append(`burst-${i}`, [newEvent(`B${i}`)], 'no_stream')));
+      expect(commits.map((commit) => commit.appends)).toEqual([1, 40]);
+      const hole = offsetOf((await readAll(store.readStream('burst-25')))[0]);
+      await store.close();
+      const handle = await open(logFile(dir), 'r+');
+      await handle.write(Buffer.alloc(100), 0, 100, hole);
+      await handle.close();
+
+      const reopened = await openStore(dir);
+
+      expect(tornTails.map((tail) => tail.offset)).toEqual([hole]);
+      expect(await typesOf(reopened, 'earlier')).toEqual(['Synced']);
+      expect(await typesOf(reopened, 'burst-24')).toEqual(['B24']);
+      expect(await typesOf(reopened, 'burst-25')).toEqual([]);
+      expect(await typesOf(reopened, 'burst-39')).toEqual([]);
+    });
+
+    it('refuses to open when a hole is followed by a later write', async () => {
+      const dir = await dataDirectory();
+      const store = await openStore(dir);
+      await Promise.all(Array.from({ length: 40 }, (_, i) => store.append(`burst-${i}`, [newEvent(`B${i}`)], 'no_stream')));
+      await store.append('later', [newEvent('Later')], 'no_stream');
+      const hole = offsetOf((await readAll(store.readStream('burst-25')))[0]);
+      await store.close();
+      const handle = await open(logFile(dir), 'r+');
+      await handle.write(Buffer.alloc(100), 0, 100, hole);
+      await handle.close();
+
+      await expect(openEmbeddedEventStore(dir)).rejects.toThrow(`corrupt at byte ${hole}`);
+    });
+
     it('refuses a file that is not an event log', async () => {
       const dir = await dataDirectory();
       await writeFile(logFile(dir), 'this is not an event log, only some text');

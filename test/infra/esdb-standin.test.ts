@@ -3,6 +3,7 @@ import {
   BACKWARDS,
   END,
   EventStoreDBClient,
+  MaxAppendSizeExceededError,
   NO_STREAM,
   START,
   StreamNotFoundError,
@@ -298,6 +299,106 @@ describe('EventStoreDB adapter against the wire-level stand-in', () => {
       expect(await other.headPosition()).toEqual(await store.headPosition());
     } finally {
       await other.close();
+    }
+  });
+});
+
+describe('EventStoreDB adapter on a fresh stand-in', () => {
+  it('treats a store holding only system events as empty', async () => {
+    const standin = await startEsdbStandin({ statsIntervalMs: 50 });
+    const store = createEsdbEventStore(standin.url);
+    try {
+      await sleep(200);
+      expect(await store.headPosition()).toBeNull();
+      const subscription = store.subscribe();
+      try {
+        expect(labels(await take(subscription, (got) => got.length >= 1))).toEqual(['caught-up']);
+        await store.append('first-1', [newEvent('First')], 'no_stream');
+        expect(labels(await take(subscription, (got) => got.length >= 1))).toEqual(['first-1:First']);
+      } finally {
+        await subscription.close();
+      }
+    } finally {
+      await store.close();
+      await standin.stop();
+    }
+  });
+});
+
+describe('EventStoreDB adapter on a server that never sends CaughtUp (before 23.10)', () => {
+  let standin: EsdbStandin;
+  let store: EventStore;
+
+  beforeAll(async () => {
+    standin = await startEsdbStandin({ statsIntervalMs: 0, sendsCaughtUp: false });
+    store = createEsdbEventStore(standin.url);
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await standin?.stop();
+  });
+
+  it('signals caught-up after the event that was the head when subscribing', async () => {
+    const run = randomUUID().slice(0, 8);
+    await store.append(`old-${run}`, [newEvent('A'), newEvent('B')], 'no_stream');
+    const subscription = store.subscribe({ streamPrefixes: [`old-${run}`] });
+    try {
+      expect(labels(await take(subscription, (got) => got.some((i) => i.kind === 'caught-up')))).toEqual([
+        `old-${run}:A`,
+        `old-${run}:B`,
+        'caught-up',
+      ]);
+      await store.append(`old-${run}`, [newEvent('C')], 1n);
+      expect(labels(await take(subscription, (got) => got.length >= 1))).toEqual([`old-${run}:C`]);
+    } finally {
+      await subscription.close();
+    }
+  });
+
+  it('signals caught-up at the first checkpoint past the head when the head is filtered out', async () => {
+    const run = randomUUID().slice(0, 8);
+    await store.append(`kept-${run}`, [newEvent('Kept')], 'no_stream');
+    await store.append(`other-${run}`, [newEvent('Other')], 'no_stream');
+    const subscription = store.subscribe({ streamPrefixes: [`kept-${run}`] });
+    try {
+      expect(labels(await take(subscription, (got) => got.length >= 1))).toEqual([`kept-${run}:Kept`]);
+      // Nothing says "caught up" until the server sends a checkpoint at or past the head:
+      // it does every 32 scanned events (the default search window).
+      await store.append(
+        `other-${run}`,
+        Array.from({ length: 40 }, () => newEvent('Other')),
+        0n,
+      );
+      expect(labels(await take(subscription, (got) => got.length >= 1))).toEqual(['caught-up']);
+    } finally {
+      await subscription.close();
+    }
+  });
+
+  it('signals caught-up at once when subscribing from the head', async () => {
+    const run = randomUUID().slice(0, 8);
+    const appended = await store.append(`at-head-${run}`, [newEvent('A')], 'no_stream');
+    const subscription = store.subscribe({ fromPosition: appended.position, streamPrefixes: [`at-head-${run}`] });
+    try {
+      expect(labels(await take(subscription, (got) => got.length >= 1))).toEqual(['caught-up']);
+    } finally {
+      await subscription.close();
+    }
+  });
+});
+
+describe('EventStoreDB stand-in limits', () => {
+  it('refuses an append over 1 MiB, as the real server', async () => {
+    const standin = await startEsdbStandin({ statsIntervalMs: 0 });
+    const store = createEsdbEventStore(standin.url);
+    try {
+      const big = newEvent('Big', { blob: 'x'.repeat(1024 * 1024) });
+      await expect(store.append('big-1', [big], 'any')).rejects.toBeInstanceOf(MaxAppendSizeExceededError);
+      expect(await collect(store.readStream('big-1'))).toEqual([]);
+    } finally {
+      await store.close();
+      await standin.stop();
     }
   });
 });

@@ -6,6 +6,7 @@ import { loadConfig } from '../../src/config';
 import { createLogger } from '../../src/logger';
 import { startService, type RunningService } from '../../src/service';
 import { createTokens, type Tokens } from '../../src/auth/tokens';
+import type { EventStore } from '../../src/infra/eventstore/port';
 import { startStack, type Stack } from './stack';
 import { TEST_SECRETS } from './server';
 
@@ -20,6 +21,8 @@ export interface TestService {
   readonly env: Readonly<Record<string, string>>;
   /** Signs tokens with the service's own keys, exactly as login and device auth do. */
   readonly tokens: Tokens;
+  /** The service's own event store, to read streams back. */
+  readonly eventStore: EventStore;
   /** Every log line so far, as written. */
   readonly logs: () => string;
   /** Starts a second service (another API process) against the same stores. */
@@ -47,6 +50,7 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
     baseUrl: `http://127.0.0.1:${service.port ?? 0}`,
     env,
     tokens,
+    eventStore: service.eventStore,
     logs: () => logs,
     startAnother: (extraEnv = {}) => startWith(mode, { ...env, ...extraEnv }, { stack: null, dir: null }),
     stop: async () => {

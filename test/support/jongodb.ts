@@ -88,7 +88,8 @@ function readUri(child: ChildProcess): Promise<string> {
     };
     const onStdout = (chunk: Buffer): void => {
       stdout += chunk.toString('utf8');
-      const match = /^JONGODB_URI=(mongodb:\/\/\S+)$/m.exec(stdout);
+      // Wait for the end of the line: a chunk may end in the middle of the URI.
+      const match = /^JONGODB_URI=(mongodb:\/\/\S+)\r?\n/m.exec(stdout);
       if (match?.[1] !== undefined) {
         cleanup();
         resolve(match[1]);

@@ -9,8 +9,10 @@
  * An event's global position is the byte offset of its record (commit === prepare), so
  * positions increase with gaps. The last record of each append carries END_OF_APPEND: at
  * start, an append whose records are not all intact is dropped whole, so a multi-event
- * append never half-survives a crash. Everything but payloads (the stream index) lives in
- * memory and is rebuilt by scanning the log at open.
+ * append never half-survives a crash. The first record of each group commit carries
+ * FIRST_OF_BATCH, which tells a torn last write (dropped) from damage to synced data
+ * (open fails). Everything but payloads (the stream index) lives in memory and is rebuilt
+ * by scanning the log at open.
  */
 import { randomUUID } from 'node:crypto';
 import * as fs from 'node:fs/promises';
@@ -113,6 +115,8 @@ const RECORD_PREFIX_SIZE = 8;
 const RECORD_MARKER = 0xe7;
 const BODY_FIXED_SIZE = 20;
 const FLAG_END_OF_APPEND = 1;
+/** Set on the first record of each group commit: a later batch proves an earlier one was synced. */
+const FLAG_FIRST_OF_BATCH = 2;
 const MAX_BODY_SIZE = 16 * 1024 * 1024;
 const MAX_STREAM_NAME_BYTES = 0xffff;
 
@@ -185,6 +189,13 @@ function encodeRecord(streamName: string, revision: number, writtenAt: number, f
   body.write(json, BODY_FIXED_SIZE + nameLength, 'utf8');
   record.writeUInt32LE(crc32(body), 4);
   return record;
+}
+
+/** Flags the record at the start of `records` in place (and re-seals its checksum). */
+function markFirstOfBatch(records: Buffer): void {
+  const body = records.subarray(RECORD_PREFIX_SIZE, RECORD_PREFIX_SIZE + records.readUInt32LE(0));
+  body[1] = (body[1] ?? 0) | FLAG_FIRST_OF_BATCH;
+  records.writeUInt32LE(crc32(body), 4);
 }
 
 function decodeRecord(buffer: Buffer, at: number, fileOffset: number): DecodeResult {
@@ -501,12 +512,13 @@ async function rebuildIndex(handle: fs.FileHandle, file: string, onTornTail: (ta
   while (offset < fileSize) {
     const result = await cursor.decodeAt(offset);
     if (result.kind !== 'ok') {
-      // A damaged record is a torn tail only when nothing intact follows it: a crash can
-      // tear the last unacknowledged write, never one that intact records come after.
-      const intact = await findIntactRecord(readAt, offset + 1, fileSize);
-      if (intact !== null) {
+      // A batch is written only after the previous one was synced, so damage followed by
+      // the start of a later batch hit synced (acknowledged) data. Without one, the damage
+      // lies in the last batch, which a crash may leave torn anywhere, holes included.
+      const laterBatch = await findBatchStart(readAt, offset + 1, fileSize);
+      if (laterBatch !== null) {
         const reason = result.kind === 'invalid' ? result.reason : 'record runs past the end of file';
-        throw new CorruptEventLogError(file, offset, `${reason}, yet an intact record follows at byte ${intact}`);
+        throw new CorruptEventLogError(file, offset, `${reason}, yet a later write starts intact at byte ${laterBatch}`);
       }
       break;
     }
@@ -553,18 +565,18 @@ function indexAppend(index: LogIndex, records: readonly RawRecord[], file: strin
   }
 }
 
-async function findIntactRecord(readAt: ReadAt, from: number, fileEnd: number): Promise<number | null> {
+async function findBatchStart(readAt: ReadAt, from: number, fileEnd: number): Promise<number | null> {
   for (let chunkStart = from; chunkStart < fileEnd; chunkStart += SCAN_CHUNK_SIZE) {
     // Overlap by a prefix so a marker just past the chunk is still seen.
     const chunk = await readAt(chunkStart, Math.min(SCAN_CHUNK_SIZE + RECORD_PREFIX_SIZE + 1, fileEnd - chunkStart));
     const candidates = Math.min(SCAN_CHUNK_SIZE, chunk.length);
     for (let i = 0; i < candidates; i++) {
       if (chunk[i + RECORD_PREFIX_SIZE] !== RECORD_MARKER) continue;
-      const inChunk = decodeRecord(chunk, i, chunkStart + i);
-      if (inChunk.kind === 'ok') return chunkStart + i;
-      if (inChunk.kind === 'invalid') continue;
-      const cursor = new RecordCursor(readAt, fileEnd, inChunk.needed);
-      if ((await cursor.decodeAt(chunkStart + i)).kind === 'ok') return chunkStart + i;
+      let candidate = decodeRecord(chunk, i, chunkStart + i);
+      if (candidate.kind === 'incomplete') {
+        candidate = await new RecordCursor(readAt, fileEnd, candidate.needed).decodeAt(chunkStart + i);
+      }
+      if (candidate.kind === 'ok' && candidate.record.flags & FLAG_FIRST_OF_BATCH) return chunkStart + i;
     }
   }
   return null;
@@ -761,6 +773,7 @@ class EmbeddedEventStore implements EventStore {
       const batch = this.queue;
       this.queue = [];
       const bytes = batch.length === 1 && batch[0] !== undefined ? batch[0].bytes : Buffer.concat(batch.map((a) => a.bytes));
+      markFirstOfBatch(bytes);
       try {
         await writeFully(this.handle, bytes, this.index.end);
         await this.handle.datasync();
@@ -784,7 +797,12 @@ class EmbeddedEventStore implements EventStore {
     }
     for (const append of batch) append.resolve(append.result);
     this.wakeWaiters();
-    this.options.onGroupCommit?.({ appends: batch.length, events, bytes });
+    try {
+      this.options.onGroupCommit?.({ appends: batch.length, events, bytes });
+    } catch (error) {
+      // An observer's bug must not stop the writer.
+      console.error('onGroupCommit failed', error);
+    }
   }
 
   private fail(error: unknown, batch: readonly PendingAppend[]): void {

@@ -14,7 +14,9 @@ import {
   type JSONType,
   type Position,
   type ResolvedEvent,
+  type StreamingRead,
 } from '@eventstore/db-client';
+import { Readable } from 'node:stream';
 import type { EventMetadata } from '../../domain/messages';
 import {
   comparePositions,
@@ -85,6 +87,33 @@ function toEventMetadata(event: ClientRecordedEvent): EventMetadata {
 }
 
 /**
+ * Yields a client read; when left early (break, return, error), stops the gRPC call so that
+ * nothing stays open: the client pipes the call into the read, and once the read is destroyed
+ * an unfinished call is paused forever (and `client.dispose()` would wait for it).
+ */
+async function* consume<T>(read: StreamingRead<T>): AsyncGenerator<T> {
+  let source: Readable | undefined;
+  const onPipe = (...args: unknown[]): void => {
+    const [piped] = args;
+    if (piped instanceof Readable) source = piped;
+  };
+  read.once('pipe', onPipe);
+  let completed = false;
+  try {
+    for await (const item of read) yield item;
+    completed = true;
+  } finally {
+    read.off('pipe', onPipe);
+    if (!completed) {
+      // Nobody iterates any more: a late error must not become an unhandled 'error' event.
+      read.on('error', () => undefined);
+      await read.cancel().catch(() => undefined); // a call still streaming ends with a cancellation
+      source?.resume(); // a call already answered drains to its end
+    }
+  }
+}
+
+/**
  * The event store port over EventStoreDB / KurrentDB through `@eventstore/db-client` 6.x.
  * Events are JSON with JSON metadata. Positions are the server's $all positions.
  */
@@ -95,7 +124,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
 
   /** Position of the newest record of any kind in $all (system events included). */
   async function newestLogPosition(): Promise<GlobalPosition | null> {
-    for await (const resolved of client.readAll({ direction: BACKWARDS, fromPosition: END, maxCount: 1 })) {
+    for await (const resolved of consume(client.readAll({ direction: BACKWARDS, fromPosition: END, maxCount: 1 }))) {
       if (resolved.event !== undefined) return toPosition(resolved.event.position);
     }
     return null;
@@ -105,7 +134,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
   async function positionOfRevision(streamName: string, revision: bigint): Promise<GlobalPosition | null> {
     const read = client.readStream(streamName, { direction: BACKWARDS, fromRevision: revision, maxCount: 1 });
     try {
-      for await (const resolved of read) {
+      for await (const resolved of consume(read)) {
         if (resolved.event !== undefined && resolved.event.revision === revision) return toRecordedEvent(resolved.event).position;
       }
     } catch (error) {
@@ -115,6 +144,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
   }
 
   async function append(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    if (events.length === 0) throw new Error('An append needs at least one event');
     try {
       const result = await client.appendToStream(
         streamName,
@@ -145,19 +175,13 @@ export function createEsdbEventStore(connectionString: string): EventStore {
       fromRevision: options.fromRevision ?? (backwards ? END : START),
       ...(options.maxCount !== undefined ? { maxCount: options.maxCount } : {}),
     });
-    let finished = false;
     try {
-      for await (const resolved of read) {
+      for await (const resolved of consume(read)) {
         if (resolved.event !== undefined) yield toRecordedEvent(resolved.event);
       }
-      finished = true;
     } catch (error) {
-      finished = true;
       if (error instanceof StreamNotFoundError) return;
       throw error;
-    } finally {
-      // Left early: stop the server from streaming the rest.
-      if (!finished) await read.cancel();
     }
   }
 
@@ -205,6 +229,9 @@ export function createEsdbEventStore(connectionString: string): EventStore {
       const subscription = client.subscribeToAll({ fromPosition: fromPosition ?? START, filter });
       esSubscription = subscription;
       subscription.on('caughtUp', pushMarker);
+      // Errors reach the consumer through the `for await` below; this only keeps one emitted
+      // after the iteration ended (closed, or left early) from becoming an uncaught exception.
+      subscription.on('error', () => undefined);
 
       try {
         const items = subscription as AsyncIterable<AllStreamResolvedEvent | CaughtUpMarker>;
@@ -275,7 +302,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
       });
       let progressed = false;
       let found: GlobalPosition | null = null;
-      for await (const resolved of read) {
+      for await (const resolved of consume(read)) {
         const event = resolved.event;
         if (event === undefined) continue;
         const position = toPosition(event.position);
@@ -287,10 +314,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
           break;
         }
       }
-      if (found !== null) {
-        await read.cancel();
-        return found;
-      }
+      if (found !== null) return found;
       if (!progressed) return null;
     }
   }

@@ -409,33 +409,53 @@ function compareStrings(a: string, b: string): number {
 
 type Compare<T> = (a: T, b: T) => number;
 
-const compareIds: Compare<Stored> = (a, b) => compareStrings(a.id, b.id);
-
 /**
- * The first `count` documents in query order. Sort values are read once per document into
- * one flat array and positions are sorted, so a query allocates little beyond its result.
+ * The first `count` documents in query order, then by id. Sort values are read once per
+ * document into one flat array (the id last) and positions are sorted, so a query
+ * allocates little beyond its result.
  */
 function sortDocuments(docs: Stored[], keys: readonly ParsedSortKey[], count: number): Stored[] {
-  if (keys.length === 0) return sortedPrefix(docs, compareIds, count);
-  const width = keys.length;
-  const directions = keys.map((key) => key.direction);
+  const width = keys.length + 1;
+  const directions = [...keys.map((key) => key.direction), 1];
   const values: unknown[] = new Array<unknown>(docs.length * width);
   const positions: number[] = new Array<number>(docs.length);
   for (let i = 0; i < docs.length; i++) {
+    const doc = docs[i] as Stored;
     positions[i] = i;
-    for (let j = 0; j < width; j++) {
+    for (let j = 0; j < keys.length; j++) {
       const key = keys[j] as ParsedSortKey;
-      values[i * width + j] = sortValue(key.read(docs[i]), key.direction);
+      values[i * width + j] = toSortKey(sortValue(key.read(doc), key.direction));
     }
+    values[i * width + keys.length] = toSortKey(doc.id);
   }
   const compare: Compare<number> = (a, b) => {
     for (let j = 0; j < width; j++) {
-      const order = compareForSort(values[a * width + j], values[b * width + j]);
+      const x = values[a * width + j];
+      const y = values[b * width + j];
+      // Sort keys that are strings compare natively: toSortKey made UTF-16 order agree with code point order.
+      const order =
+        typeof x === 'string' && typeof y === 'string' ? (x < y ? -1 : x > y ? 1 : 0) : compareForSort(x, y);
       if (order !== 0) return order * (directions[j] as number);
     }
-    return compareStrings((docs[a] as Stored).id, (docs[b] as Stored).id);
+    return 0;
   };
   return sortedPrefix(positions, compare, count).map((i) => docs[i] as Stored);
+}
+
+const BEYOND_SURROGATES = /[\ud800-\uffff]/;
+
+/**
+ * A string whose UTF-16 order is the code point order of the given one: code units of
+ * surrogates move above U+E000..U+FFFF. Strings without such units (nearly all) are kept.
+ */
+function toSortKey(value: unknown): unknown {
+  if (typeof value !== 'string' || !BEYOND_SURROGATES.test(value)) return value;
+  let key = '';
+  for (let i = 0; i < value.length; i++) {
+    const unit = value.charCodeAt(i);
+    key += String.fromCharCode(unit < 0xd800 ? unit : unit <= 0xdfff ? unit + 0x2000 : unit - 0x800);
+  }
+  return key;
 }
 
 /** Like MongoDB: an array sorts by its smallest element ascending, by its largest descending. */

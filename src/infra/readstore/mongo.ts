@@ -17,7 +17,12 @@ export async function createMongoReadStore(
   if (prefix.includes('$') || prefix.includes('\u0000')) throw new TypeError(`invalid collection prefix "${prefix}"`);
   // Undefined properties are left out, as the memory adapter does, instead of stored as null.
   const client = new MongoClient(uri, { ignoreUndefined: true });
-  await client.connect();
+  try {
+    await client.connect();
+  } catch (error) {
+    await client.close().catch(() => undefined);
+    throw error;
+  }
   const db = options.dbName === undefined ? client.db() : client.db(options.dbName);
   const checkpoints = db.collection<CheckpointDoc>(`${prefix}${CHECKPOINTS}`);
   const collections = new Map<string, MongoReadCollection>();

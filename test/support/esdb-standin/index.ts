@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { Socket } from 'node:net';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 
@@ -13,6 +14,8 @@ export interface EsdbStandin {
 export interface EsdbStandinOptions {
   /** How often the stand-in writes a `$statsCollected` system event; 0 disables. Default 2000. */
   readonly statsIntervalMs?: number;
+  /** false: behave like servers before 23.10, which never send CaughtUp. Default true. */
+  readonly sendsCaughtUp?: boolean;
   readonly startTimeoutMs?: number;
 }
 
@@ -24,6 +27,7 @@ const PORT_LINE = /^ESDB_STANDIN_PORT=(\d+)$/;
 export async function startEsdbStandin(options: EsdbStandinOptions = {}): Promise<EsdbStandin> {
   const args = ['--import', 'tsx', SERVER_PATH, '--port=0', '--exit-with-stdin'];
   if (options.statsIntervalMs !== undefined) args.push(`--stats-interval-ms=${options.statsIntervalMs}`);
+  if (options.sendsCaughtUp === false) args.push('--no-caught-up');
   const child = spawn(process.execPath, args, { cwd: PROJECT_ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
 
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
@@ -62,6 +66,10 @@ export async function startEsdbStandin(options: EsdbStandinOptions = {}): Promis
       // Keep draining stdout so the child never blocks on a full pipe.
       lines.removeAllListeners('line');
       child.stdout.resume();
+      // A forgotten stop() must not keep the test process alive; the child exits when its
+      // stdin closes with us.
+      child.unref();
+      for (const pipe of [child.stdin, child.stdout, child.stderr]) if (pipe instanceof Socket) pipe.unref();
       resolve(Number(match[1]));
     });
   });
@@ -70,6 +78,7 @@ export async function startEsdbStandin(options: EsdbStandinOptions = {}): Promis
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
+      child.ref();
       child.kill('SIGTERM');
       const killer = setTimeout(() => child.kill('SIGKILL'), 5000);
       await exited;

@@ -6,7 +6,10 @@
  * Run it as its own process (the generated protobuf modules register themselves globally,
  * and two copies in one process overwrite each other):
  *
- *   node --import tsx test/support/esdb-standin/server.ts [--port=0] [--stats-interval-ms=2000] [--exit-with-stdin]
+ *   node --import tsx test/support/esdb-standin/server.ts [--port=0] [--stats-interval-ms=2000]
+ *     [--no-caught-up] [--exit-with-stdin]
+ *
+ * `--no-caught-up` behaves like servers before 23.10, which never send CaughtUp.
  *
  * Once listening it prints `ESDB_STANDIN_PORT=<port>` on stdout; SIGTERM/SIGINT stop it.
  * Connect with `esdb://127.0.0.1:<port>?tls=false`.
@@ -24,6 +27,7 @@
  * - catch-up subscriptions to a stream or to `$all` (stream-name/event-type filters by prefix
  *   or regex, checkpoints every `window × multiplier` scanned events): confirmation, replay
  *   strictly after the given position, checkpoint + CaughtUp, then live events;
+ * - appends over 1 MiB answer MaximumAppendSizeExceeded;
  * - ServerFeatures answers UNIMPLEMENTED, so the client appends with Streams.Append.
  * Not reproduced: BatchAppend, Delete/Tombstone, persistent subscriptions, projections,
  * users/ACLs, link resolution, FellBehind, durability (everything is in memory).
@@ -457,6 +461,9 @@ class ResponseWriter {
   }
 }
 
+/** The real server's default `MaxAppendSize` (1 MiB). */
+const MAX_APPEND_SIZE = 1024 * 1024;
+
 /** Yield to the event loop now and then while replaying long histories. */
 const YIELD_EVERY = 500;
 const tick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
@@ -464,7 +471,10 @@ const tick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve)
 class StandinServer {
   private readonly writers = new Set<ResponseWriter>();
 
-  constructor(private readonly log: EventLog) {}
+  constructor(
+    private readonly log: EventLog,
+    private readonly sendsCaughtUp: boolean,
+  ) {}
 
   readonly streams: IStreamsServer = {
     read: (call) => {
@@ -475,6 +485,7 @@ class StandinServer {
     append: (call, callback) => {
       let options: AppendReq.Options | undefined;
       const proposed: ProposedEvent[] = [];
+      let size = 0;
       let failure: grpc.ServiceError | null = null;
       call.on('data', (request: AppendReq) => {
         if (failure !== null) return;
@@ -495,13 +506,19 @@ class StandinServer {
           );
           return;
         }
-        proposed.push({
-          id: uuidToString(message.getId()),
-          type,
-          contentType,
-          data: message.getData_asU8(),
-          metadata: message.getCustomMetadata_asU8(),
-        });
+        const data = message.getData_asU8();
+        const customMetadata = message.getCustomMetadata_asU8();
+        size += data.length + customMetadata.length + Buffer.byteLength(type);
+        if (size > MAX_APPEND_SIZE) {
+          failure = rpcError(
+            grpc.status.INVALID_ARGUMENT,
+            `Maximum Append Size of ${MAX_APPEND_SIZE} Exceeded.`,
+            'maximum-append-size-exceeded',
+          );
+          failure.metadata.set('maximum-append-size', String(MAX_APPEND_SIZE));
+          return;
+        }
+        proposed.push({ id: uuidToString(message.getId()), type, contentType, data, metadata: customMetadata });
       });
       call.on('error', () => undefined);
       call.on('end', () => {
@@ -733,11 +750,13 @@ class StandinServer {
       if (event === undefined) {
         if (!caughtUp) {
           caughtUp = true;
-          if (filter !== null && scannedSinceCheckpoint > 0 && lastScanned !== undefined) {
-            await writer.write(checkpointResponse(lastScanned.position));
-            scannedSinceCheckpoint = 0;
+          if (this.sendsCaughtUp) {
+            if (filter !== null && scannedSinceCheckpoint > 0 && lastScanned !== undefined) {
+              await writer.write(checkpointResponse(lastScanned.position));
+              scannedSinceCheckpoint = 0;
+            }
+            await writer.write(caughtUpResponse());
           }
-          await writer.write(caughtUpResponse());
           continue;
         }
         await writer.waitFor((wake) => this.log.onAppend(wake));
@@ -781,7 +800,7 @@ class StandinServer {
       if (event === undefined) {
         if (!caughtUp) {
           caughtUp = true;
-          await writer.write(caughtUpResponse());
+          if (this.sendsCaughtUp) await writer.write(caughtUpResponse());
           continue;
         }
         await writer.waitFor((wake) => this.log.onAppend(wake));
@@ -853,7 +872,7 @@ function main(): void {
 
   const log = new EventLog();
   seedSystemEvents(log);
-  const standin = new StandinServer(log);
+  const standin = new StandinServer(log, argument('no-caught-up') === undefined);
   const server = new grpc.Server({ 'grpc.max_receive_message_length': 17 * 1024 * 1024 });
   server.addService(StreamsService, standin.streams);
   server.addService(ServerFeaturesService, standin.serverFeatures);

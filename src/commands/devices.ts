@@ -1,0 +1,213 @@
+import { randomUUID } from 'node:crypto';
+import {
+  deviceDecider,
+  heartbeatReceived,
+  DEVICE_MESSAGES,
+  type ActiveDevice,
+  type DeviceChanges,
+  type DeviceCommand,
+  type DeviceEvent,
+  type DeviceLink,
+  type DeviceRole,
+  type DeviceState,
+  type JsonObject,
+  type RecordHeartbeat,
+} from '../domain/device';
+import { NotFoundError } from '../domain/errors';
+import { deviceStream, heartbeatStream } from '../domain/events';
+import { USER_MESSAGES } from '../domain/user';
+import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
+import type { ReadStore } from '../infra/readstore/port';
+import { countOwnedDevices } from '../projections/devices';
+import { findUserByEmail } from '../projections/users';
+import type { Watermark } from '../projections/watermark';
+import { createStateCache, handleCommand, toNewEvents, type Clock, type CommandContext, type HandledCommand } from './handler';
+
+/** `heartbeat-<uuid>` keeps a week: enough for the offline expiry and for auditors, never a long read. */
+export const HEARTBEAT_MAX_AGE_SECONDS = 7 * 24 * 60 * 60;
+
+/** Device states kept folded per process (a few hundred bytes each), so a heartbeat reads only what is new. */
+const DEVICE_STATE_CACHE_SIZE = 20_000;
+
+export interface DeviceCommandDeps {
+  readonly eventStore: EventStore;
+  readonly readStore: ReadStore;
+  readonly watermark: Watermark;
+  readonly clock: Clock;
+  readonly readYourWritesTimeoutMs: number;
+  readonly maxDevicesPerUser: number;
+}
+
+export interface RegisterDeviceInput {
+  readonly uuid: string;
+  readonly deviceId: string;
+  readonly name: string;
+  readonly ipAddress?: string | undefined;
+  readonly port?: string | undefined;
+  readonly metadata?: JsonObject | undefined;
+}
+
+export interface HeartbeatInput {
+  readonly ipAddress?: string | undefined;
+  readonly metadata?: JsonObject | undefined;
+}
+
+export interface LinkResult {
+  readonly device: ActiveDevice;
+  readonly link: DeviceLink;
+  /** True when the user had no link to the device before (201); false for a change or reactivation (200). */
+  readonly created: boolean;
+}
+
+/** The device as the heartbeat left it. */
+export interface HeartbeatResult {
+  readonly id: string;
+  readonly isOnline: true;
+  readonly lastSeenAt: string;
+}
+
+/**
+ * The device use cases. Every method takes the device's uuid (the API resolves an internal
+ * id to it first) and answers only once the read models reflect its write.
+ */
+export interface DeviceCommands {
+  register(input: RegisterDeviceInput, ctx: CommandContext): Promise<ActiveDevice>;
+  update(uuid: string, changes: DeviceChanges, ctx: CommandContext): Promise<ActiveDevice>;
+  link(uuid: string, target: { readonly email: string; readonly role: DeviceRole }, ctx: CommandContext): Promise<LinkResult>;
+  unlink(uuid: string, targetUserId: string, ctx: CommandContext): Promise<void>;
+  remove(uuid: string, ctx: CommandContext): Promise<void>;
+  /** Moves the token generation on; the caller signs a device token with the new `gen`. */
+  issueToken(uuid: string, ctx: CommandContext): Promise<ActiveDevice>;
+  /** `tokenGen` is the `gen` claim of the device token that authenticated the heartbeat. */
+  heartbeat(uuid: string, tokenGen: number, input: HeartbeatInput, ctx: CommandContext): Promise<HeartbeatResult>;
+}
+
+function active(state: DeviceState): ActiveDevice {
+  // Every command that succeeds on a device leaves it active, except DeleteDevice.
+  if (state.status !== 'active') throw new NotFoundError(DEVICE_MESSAGES.notFound);
+  return state;
+}
+
+/** The user a command acts for: device commands come from users, except heartbeats. */
+function actingUser(ctx: CommandContext): string {
+  if (ctx.actor.type !== 'user') throw new Error(`a device command needs a user actor, got ${ctx.actor.type}`);
+  return ctx.actor.id;
+}
+
+export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
+  const { eventStore, readStore, clock } = deps;
+  const cache = createStateCache<DeviceState>(DEVICE_STATE_CACHE_SIZE);
+
+  const run = (uuid: string, command: DeviceCommand, ctx: CommandContext): Promise<HandledCommand<DeviceState, DeviceEvent>> =>
+    handleCommand(eventStore, deviceDecider, deviceStream(uuid), command, ctx, clock, { cache });
+
+  /** Read-your-writes: answer only once the projections have applied what was appended. */
+  const settle = async (position: GlobalPosition | null): Promise<void> => {
+    if (position !== null) await deps.watermark.waitFor(position, deps.readYourWritesTimeoutMs);
+  };
+
+  const userIdByEmail = async (email: string): Promise<string> => {
+    const user = await findUserByEmail(readStore, email);
+    if (user === null) throw new NotFoundError(USER_MESSAGES.notFound);
+    return user.id;
+  };
+
+  return {
+    async register(input, ctx) {
+      const actorUserId = actingUser(ctx);
+      // Accepted race: the count comes from the read model, so two registrations by one user
+      // racing at the limit can both pass and leave them one (or a few) over it. Exactness
+      // would need every ownership change of every device serialized through one per-user
+      // stream; the limit guards against runaway accounts, not against a device too many.
+      const ownedDeviceCount = await countOwnedDevices(readStore, actorUserId);
+      const result = await run(
+        input.uuid,
+        {
+          type: 'RegisterDevice',
+          data: {
+            id: randomUUID(),
+            uuid: input.uuid,
+            deviceId: input.deviceId,
+            name: input.name,
+            ipAddress: input.ipAddress ?? null,
+            ...(input.port !== undefined ? { port: input.port } : {}),
+            metadata: input.metadata ?? null,
+            actorUserId,
+            linkId: randomUUID(),
+            ownedDeviceCount,
+            maxDevicesPerUser: deps.maxDevicesPerUser,
+            now: clock.now().toISOString(),
+          },
+        },
+        ctx,
+      );
+      // Once per registration; setting it again after a re-registration changes nothing.
+      await eventStore.setStreamMaxAge(heartbeatStream(input.uuid), HEARTBEAT_MAX_AGE_SECONDS);
+      await settle(result.position);
+      return active(result.state);
+    },
+
+    async update(uuid, changes, ctx) {
+      const result = await run(uuid, { type: 'UpdateDevice', data: { uuid, actorUserId: actingUser(ctx), changes, now: clock.now().toISOString() } }, ctx);
+      await settle(result.position);
+      return active(result.state);
+    },
+
+    async link(uuid, target, ctx) {
+      const targetUserId = await userIdByEmail(target.email);
+      const result = await run(
+        uuid,
+        {
+          type: 'LinkUser',
+          data: { uuid, actorUserId: actingUser(ctx), targetUserId, role: target.role, linkId: randomUUID(), now: clock.now().toISOString() },
+        },
+        ctx,
+      );
+      await settle(result.position);
+      const device = active(result.state);
+      const link = device.links[targetUserId];
+      if (link === undefined) throw new Error('LinkUser left no link behind');
+      const created = result.events.some((e) => e.type === 'UserLinked' && !e.data.reactivated);
+      return { device, link, created };
+    },
+
+    async unlink(uuid, targetUserId, ctx) {
+      const result = await run(uuid, { type: 'UnlinkUser', data: { uuid, actorUserId: actingUser(ctx), targetUserId, now: clock.now().toISOString() } }, ctx);
+      await settle(result.position);
+    },
+
+    async remove(uuid, ctx) {
+      const result = await run(uuid, { type: 'DeleteDevice', data: { uuid, actorUserId: actingUser(ctx), now: clock.now().toISOString() } }, ctx);
+      await settle(result.position);
+    },
+
+    async issueToken(uuid, ctx) {
+      const result = await run(uuid, { type: 'IssueDeviceToken', data: { uuid, actorUserId: actingUser(ctx), now: clock.now().toISOString() } }, ctx);
+      await settle(result.position);
+      return active(result.state);
+    },
+
+    /**
+     * The hot path. It reads only what is new in `device-<uuid>` since this process last
+     * folded it (only transitions live there), appends there only on a transition, and
+     * appends the tiny `HeartbeatReceived` to `heartbeat-<uuid>` without reading it.
+     */
+    async heartbeat(uuid, tokenGen, input, ctx) {
+      const now = clock.now().toISOString();
+      const command: RecordHeartbeat = {
+        type: 'RecordHeartbeat',
+        data: {
+          uuid,
+          tokenGen,
+          ...(input.ipAddress !== undefined ? { ipAddress: input.ipAddress } : {}),
+          ...(input.metadata !== undefined ? { metadata: input.metadata } : {}),
+          now,
+        },
+      };
+      const result = await run(uuid, command, ctx);
+      const appended = await eventStore.append(heartbeatStream(uuid), toNewEvents([heartbeatReceived(command)], ctx, now), 'any');
+      await settle(appended.position);
+      return { id: active(result.state).id, isOnline: true, lastSeenAt: now };
+    },
+  };
+}

@@ -1,0 +1,41 @@
+import { createTransport } from 'nodemailer';
+import type { Logger } from '../../logger';
+
+/**
+ * Outgoing mail (decisions §3): over SMTP to `SMTP_URL` in either mode; only when
+ * `SMTP_URL` is unset is the mail written to the log instead, so a development setup
+ * still gets its reset token.
+ */
+export interface OutgoingMail {
+  readonly to: string;
+  readonly subject: string;
+  readonly text: string;
+}
+
+export interface Mailer {
+  send(mail: OutgoingMail): Promise<void>;
+  close(): void;
+}
+
+/** Bounds on one delivery, so a stuck SMTP server does not pile up work. */
+const SMTP_TIMEOUTS_MS = { connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 20_000 } as const;
+
+export function createSmtpMailer(smtpUrl: string, from: string): Mailer {
+  // nodemailer parses the URL itself (credentials, smtps:, query options); URL options win.
+  const transport = createTransport({ ...SMTP_TIMEOUTS_MS, url: smtpUrl });
+  return {
+    async send(mail) {
+      await transport.sendMail({ from, to: mail.to, subject: mail.subject, text: mail.text });
+    },
+    close: () => transport.close(),
+  };
+}
+
+export function createLogMailer(logger: Logger, from: string): Mailer {
+  return {
+    async send(mail) {
+      logger.info({ mail: { from, to: mail.to, subject: mail.subject, text: mail.text } }, 'SMTP_URL is not set: mail written to the log instead of sent');
+    },
+    close: () => undefined,
+  };
+}

@@ -1,0 +1,230 @@
+import type { DeviceRole, JsonObject } from '../domain/device';
+import { DEVICE_ROLES } from '../domain/device';
+import { asHomeHubEvent, parseStreamName } from '../domain/events';
+import type { RecordedEvent } from '../infra/eventstore/port';
+import type { ReadStore, SortKey, Where } from '../infra/readstore/port';
+import { documentProjection } from './projection';
+
+export const DEVICES_COLLECTION = 'devices';
+
+/** An active link as the read side keeps it; inactive links are dropped. */
+export interface DeviceUserEntry {
+  readonly userId: string;
+  readonly role: DeviceRole;
+  readonly linkId: string;
+  readonly createdAt: string;
+}
+
+/**
+ * One document per registered device, keyed by its uuid (the stream's id), removed when
+ * the device is deleted. The active links live inside it, so one query answers "the
+ * devices of user X" with filters, sort and paging, and a heartbeat rewrites one document.
+ * `access` holds `<userId>:<role>` for every active link: the multikey field the per-user
+ * indexes start with (a role filter is an `in` over those keys).
+ */
+export interface DeviceDoc {
+  /** The device uuid. */
+  readonly id: string;
+  /** The internal id of the current registration (the API's `id`). */
+  readonly internalId: string;
+  readonly uuid: string;
+  readonly deviceId: string;
+  readonly name: string;
+  readonly ipAddress: string | null;
+  readonly port: string;
+  readonly metadata: JsonObject | null;
+  readonly isOnline: boolean;
+  /** The newest heartbeat seen (every heartbeat, not only presence changes). */
+  readonly lastSeenAt: string | null;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  readonly users: readonly DeviceUserEntry[];
+  readonly access: readonly string[];
+}
+
+export function accessKey(userId: string, role: DeviceRole): string {
+  return `${userId}:${role}`;
+}
+
+function anyRole(userId: string): string[] {
+  return DEVICE_ROLES.map((role) => accessKey(userId, role));
+}
+
+function withUsers(doc: DeviceDoc, users: readonly DeviceUserEntry[]): DeviceDoc {
+  return { ...doc, users, access: users.map((u) => accessKey(u.userId, u.role)) };
+}
+
+function later(a: string | null, b: string): string {
+  return a !== null && a > b ? a : b;
+}
+
+/** Pure: the device document after one event of `device-<uuid>` or `heartbeat-<uuid>`. */
+export function evolveDeviceDoc(doc: DeviceDoc | null, recorded: RecordedEvent): DeviceDoc | null {
+  const event = asHomeHubEvent(recorded);
+  if (event === null) return doc;
+  if (event.type === 'DeviceRegistered') {
+    const e = event.data;
+    return {
+      id: e.uuid,
+      internalId: e.id,
+      uuid: e.uuid,
+      deviceId: e.deviceId,
+      name: e.name,
+      ipAddress: e.ipAddress,
+      port: e.port,
+      metadata: e.metadata,
+      isOnline: false,
+      lastSeenAt: null,
+      createdAt: e.registeredAt,
+      updatedAt: e.registeredAt,
+      users: [],
+      access: [],
+    };
+  }
+  if (doc === null) return null;
+
+  switch (event.type) {
+    case 'DeviceUpdated':
+      return { ...doc, ...event.data.changes, updatedAt: event.data.updatedAt };
+    case 'UserLinked': {
+      const e = event.data;
+      const entry: DeviceUserEntry = { userId: e.userId, role: e.role, linkId: e.linkId, createdAt: e.createdAt };
+      const others = doc.users.filter((u) => u.userId !== e.userId);
+      return withUsers(doc, [...others, entry]);
+    }
+    case 'UserRoleChanged': {
+      const e = event.data;
+      return withUsers(
+        doc,
+        doc.users.map((u) => (u.userId === e.userId ? { ...u, role: e.role } : u)),
+      );
+    }
+    case 'UserUnlinked':
+      return withUsers(
+        doc,
+        doc.users.filter((u) => u.userId !== event.data.userId),
+      );
+    case 'DeviceDeleted':
+      return null;
+    case 'DeviceWentOnline':
+      return { ...doc, isOnline: true, lastSeenAt: later(doc.lastSeenAt, event.data.lastSeenAt) };
+    case 'DeviceWentOffline':
+      return { ...doc, isOnline: false };
+    case 'HeartbeatReceived': {
+      // A heartbeat of an earlier life of this uuid (appended after its deletion) is not this device's.
+      const at = event.data.receivedAt;
+      if (at < doc.createdAt || (doc.lastSeenAt !== null && doc.lastSeenAt >= at)) return doc;
+      return { ...doc, lastSeenAt: at };
+    }
+    default:
+      return doc;
+  }
+}
+
+const byUser = (field: keyof DeviceDoc): SortKey[] => [
+  { field: 'access', order: 'asc' },
+  { field, order: 'asc' },
+];
+
+export const DEVICE_SORT_FIELDS = ['createdAt', 'updatedAt', 'name', 'lastSeenAt'] as const;
+export type DeviceSortField = (typeof DEVICE_SORT_FIELDS)[number];
+
+export const devicesProjection = documentProjection<DeviceDoc>({
+  name: 'devices',
+  collection: DEVICES_COLLECTION,
+  streamPrefixes: ['device-', 'heartbeat-'],
+  ids: (event) => {
+    const stream = parseStreamName(event.streamName);
+    return stream?.category === 'device' || stream?.category === 'heartbeat' ? [stream.id] : [];
+  },
+  evolve: (doc, event) => evolveDeviceDoc(doc, event),
+  indexes: [
+    ...DEVICE_SORT_FIELDS.map((field) => ({ fields: byUser(field) })),
+    { fields: [{ field: 'internalId', order: 'asc' }] },
+  ],
+});
+
+// ---------------------------------------------------------------------------------------
+// Queries
+
+function devices(store: ReadStore) {
+  return store.collection<DeviceDoc>(DEVICES_COLLECTION);
+}
+
+/** The caller's role on a device, or null without an active link. */
+export function roleOf(doc: DeviceDoc, userId: string): DeviceRole | null {
+  return doc.users.find((u) => u.userId === userId)?.role ?? null;
+}
+
+/** A device by its uuid or by its internal id (every `/devices/:id` path accepts both). */
+export async function findDevice(store: ReadStore, idOrUuid: string): Promise<DeviceDoc | null> {
+  const byUuid = await devices(store).get(idOrUuid);
+  if (byUuid !== null) return byUuid;
+  const [byId] = await devices(store).find({ where: { internalId: idOrUuid }, limit: 1 });
+  return byId ?? null;
+}
+
+/** Devices the user owns (active owner links): what MAX_DEVICES_PER_USER limits. */
+export function countOwnedDevices(store: ReadStore, userId: string): Promise<number> {
+  return devices(store).count({ access: accessKey(userId, 'owner') });
+}
+
+export interface DeviceListQuery {
+  readonly userId: string;
+  readonly page: number;
+  readonly limit: number;
+  readonly online?: boolean | undefined;
+  readonly sort: DeviceSortField;
+  readonly order: 'asc' | 'desc';
+  readonly roles?: readonly DeviceRole[] | undefined;
+  /** Inclusive bounds on createdAt, ISO 8601 UTC with milliseconds. */
+  readonly createdAfter?: string | undefined;
+  readonly createdBefore?: string | undefined;
+}
+
+export interface DeviceListPage {
+  readonly items: ReadonlyArray<{ readonly device: DeviceDoc; readonly role: DeviceRole }>;
+  readonly total: number;
+}
+
+/** One page of the devices a user has an active link to; ties are broken by uuid. */
+export async function listDevicesForUser(store: ReadStore, q: DeviceListQuery): Promise<DeviceListPage> {
+  const roles = q.roles !== undefined && q.roles.length > 0 ? [...new Set(q.roles)] : DEVICE_ROLES;
+  const createdAt =
+    q.createdAfter !== undefined || q.createdBefore !== undefined
+      ? {
+          ...(q.createdAfter !== undefined ? { gte: q.createdAfter } : {}),
+          ...(q.createdBefore !== undefined ? { lte: q.createdBefore } : {}),
+        }
+      : undefined;
+  const where: Where = {
+    access: { in: roles.map((role) => accessKey(q.userId, role)) },
+    ...(q.online !== undefined ? { isOnline: q.online } : {}),
+    ...(createdAt !== undefined ? { createdAt } : {}),
+  };
+  const [docs, total] = await Promise.all([
+    devices(store).find({ where, sort: [{ field: q.sort, order: q.order }], skip: (q.page - 1) * q.limit, limit: q.limit }),
+    devices(store).count(where),
+  ]);
+  return { items: withRoles(docs, q.userId), total };
+}
+
+/** Each device with the user's role on it (the queries above select only devices the user is linked to). */
+function withRoles(docs: readonly DeviceDoc[], userId: string): Array<{ device: DeviceDoc; role: DeviceRole }> {
+  return docs.flatMap((device) => {
+    const role = roleOf(device, userId);
+    return role === null ? [] : [{ device, role }];
+  });
+}
+
+/** The user's devices as GET /users/me lists them (active links only, oldest first). */
+export async function deviceSummariesForUser(
+  store: ReadStore,
+  userId: string,
+): Promise<Array<{ id: string; name: string; role: DeviceRole; isOnline: boolean }>> {
+  const docs = await devices(store).find({
+    where: { access: { in: anyRole(userId) } },
+    sort: [{ field: 'createdAt', order: 'asc' }],
+  });
+  return withRoles(docs, userId).map(({ device, role }) => ({ id: device.internalId, name: device.name, role, isOnline: device.isOnline }));
+}

@@ -1,0 +1,75 @@
+import type { CredentialStore } from '../../src/infra/credentials/port';
+
+/**
+ * The credential-store contract, run against every adapter: a hash per (user, version),
+ * replaced by a second put of the same key, kept across a reopen, and never confused
+ * between users or versions.
+ */
+export function credentialStoreContract(
+  name: string,
+  open: () => Promise<{ store: CredentialStore; reopen: () => Promise<CredentialStore>; cleanup: () => Promise<void> }>,
+): void {
+  describe(`CredentialStore contract: ${name}`, () => {
+    let store: CredentialStore;
+    let reopen: () => Promise<CredentialStore>;
+    let cleanup: () => Promise<void>;
+
+    beforeEach(async () => {
+      ({ store, reopen, cleanup } = await open());
+    });
+
+    afterEach(async () => {
+      await cleanup();
+    });
+
+    it('returns null for what was never stored', async () => {
+      expect(await store.get('u1', 1)).toBeNull();
+    });
+
+    it('keeps one hash per user and version', async () => {
+      await store.put('u1', 1, '$argon2id$one');
+      await store.put('u1', 2, '$argon2id$two');
+      await store.put('u2', 1, '$argon2id$other');
+      expect(await store.get('u1', 1)).toBe('$argon2id$one');
+      expect(await store.get('u1', 2)).toBe('$argon2id$two');
+      expect(await store.get('u2', 1)).toBe('$argon2id$other');
+      expect(await store.get('u2', 2)).toBeNull();
+    });
+
+    it('replaces the hash on a second put of the same key (an idempotent retry)', async () => {
+      await store.put('u1', 1, '$argon2id$first');
+      await store.put('u1', 1, '$argon2id$second');
+      expect(await store.get('u1', 1)).toBe('$argon2id$second');
+    });
+
+    it('keeps what was acknowledged across a reopen', async () => {
+      await store.put('u1', 1, '$argon2id$one');
+      await store.put('u1', 2, '$argon2id$two');
+      await store.close();
+      store = await reopen();
+      expect(await store.get('u1', 1)).toBe('$argon2id$one');
+      expect(await store.get('u1', 2)).toBe('$argon2id$two');
+    });
+
+    it('acknowledges concurrent puts, each durable', async () => {
+      await Promise.all(Array.from({ length: 20 }, (_, i) => store.put(`user-${i}`, 1, `$argon2id$${i}`)));
+      await store.close();
+      store = await reopen();
+      for (let i = 0; i < 20; i++) expect(await store.get(`user-${i}`, 1)).toBe(`$argon2id$${i}`);
+    });
+
+    it('refuses malformed keys and hashes instead of storing them', async () => {
+      await expect(store.put('', 1, 'h')).rejects.toThrow();
+      await expect(store.put('u1', 0, 'h')).rejects.toThrow();
+      await expect(store.put('u1', 1.5, 'h')).rejects.toThrow();
+      await expect(store.put('u1', 1, '')).rejects.toThrow();
+      const operator = { $gt: '' } as unknown as string;
+      await expect(store.put(operator, 1, 'h')).rejects.toThrow();
+      await expect(store.get(operator, 1)).rejects.toThrow();
+    });
+
+    it('answers ping while open', async () => {
+      await expect(store.ping()).resolves.toBeUndefined();
+    });
+  });
+}

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { parseRateLimits, type Tier, type TierLimit } from './ratelimit/limiter';
 
 /**
  * Configuration, parsed once from the environment (decisions §10). Every variable is
@@ -96,6 +97,14 @@ const envSchema = z.object({
   ROLES: roles,
   READ_YOUR_WRITES_TIMEOUT_MS: positiveInt(5000),
   PROJECTOR_LEASE_MS: positiveInt(10_000),
+  RATE_LIMITS: optionalString.transform((spec, ctx) => {
+    try {
+      return parseRateLimits(spec);
+    } catch (error) {
+      ctx.addIssue({ code: 'custom', message: error instanceof Error ? error.message : String(error) });
+      return z.NEVER;
+    }
+  }),
 });
 
 export type Role = 'api' | 'projector' | 'expiry';
@@ -122,6 +131,8 @@ interface CommonConfig {
   readonly readYourWritesTimeoutMs: number;
   /** How long the projector lease lives without renewal: the standby's takeover time. */
   readonly projectorLeaseMs: number;
+  /** Every tier's points per window: the defaults of the interface, overridden by RATE_LIMITS. */
+  readonly rateLimits: Readonly<Record<Tier, TierLimit>>;
 }
 
 export interface EmbeddedConfig extends CommonConfig {
@@ -169,6 +180,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     roles: e.ROLES ?? ['api', 'projector', 'expiry'],
     readYourWritesTimeoutMs: e.READ_YOUR_WRITES_TIMEOUT_MS,
     projectorLeaseMs: e.PROJECTOR_LEASE_MS,
+    rateLimits: e.RATE_LIMITS,
   };
 
   const distributedVars = { EVENTSTORE_URL: e.EVENTSTORE_URL, MONGODB_URI: e.MONGODB_URI, REDIS_URL: e.REDIS_URL };

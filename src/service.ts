@@ -4,6 +4,9 @@ import Redis from 'ioredis';
 import type { Config, Secrets } from './config';
 import type { Logger } from './logger';
 import { createApp } from './api/app';
+import { rateLimit } from './api/rate-limit';
+import { createApiKeyMatcher } from './auth/api-keys';
+import { createMemoryRateLimiter, createRedisRateLimiter, type Tier } from './ratelimit/limiter';
 import type { ReadinessReport } from './api/routes/health';
 import { systemClock, type Clock } from './commands/handler';
 import { createUserCommands } from './commands/users';
@@ -159,6 +162,17 @@ function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger)
   };
 }
 
+/** Fail open, loudly: one log line per tier and minute while the counters' store is unreachable. */
+function onRateLimitStoreError(logger: Logger): (tier: Tier, error: Error) => void {
+  const lastLogged = new Map<Tier, number>();
+  return (tier, error) => {
+    const now = Date.now();
+    if (now - (lastLogged.get(tier) ?? 0) < 60_000) return;
+    lastLogged.set(tier, now);
+    logger.warn({ tier, err: error.message }, 'rate-limit store unreachable: letting requests through');
+  };
+}
+
 export async function startService(config: Config, logger: Logger, clock: Clock = systemClock): Promise<RunningService> {
   const infra = await connectInfrastructure(config, logger);
   const roles = new Set(config.roles);
@@ -238,7 +252,12 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       adminEmails: config.adminEmails,
       appOrigin: config.appOrigin,
     });
+    const limiter =
+      infra.redis === null
+        ? createMemoryRateLimiter(config.rateLimits)
+        : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger));
     const app = createApp({
+      rateLimit: rateLimit({ limiter, tokens, matchApiKey: createApiKeyMatcher(infra.secrets.internalApiKeys) }),
       logger,
       appOrigin: config.appOrigin,
       trustProxy: config.trustProxy,

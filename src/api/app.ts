@@ -1,4 +1,4 @@
-import express, { type Express } from 'express';
+import express, { type Express, type RequestHandler } from 'express';
 import type { Logger } from '../logger';
 import { errorMiddleware, notFoundHandler } from './http-errors';
 import { cors, requestId, requireJsonBody } from './middleware';
@@ -18,6 +18,8 @@ export interface AppDeps {
   readonly auth: AuthDeps;
   readonly users: UserRouteDeps;
   readonly devices: DeviceDeps;
+  /** Counts every request against its tier before anything else can answer it. */
+  readonly rateLimit: RequestHandler;
 }
 
 /** The HTTP API: every route lives under /api/v1; unknown routes answer 404 JSON. */
@@ -28,6 +30,7 @@ export function createApp(deps: AppDeps): Express {
   app.set('trust proxy', deps.trustProxy ?? false);
 
   app.use(requestId);
+  app.use(deps.rateLimit);
   app.use(cors(deps.appOrigin));
   app.use(requireJsonBody);
   app.use(express.json({ limit: BODY_LIMIT_BYTES, strict: false }));

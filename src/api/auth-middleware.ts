@@ -4,7 +4,8 @@ import { bearerToken, type AccessClaims, type Tokens } from '../auth/tokens';
 /** Requires a valid access token; its claims are then at `caller(res)`. */
 export function requireAccessToken(tokens: Tokens): RequestHandler {
   return (req, res, next) => {
-    res.locals.caller = tokens.verifyAccess(bearerToken(req.get('Authorization')));
+    // The rate limiter may already have verified this request's token.
+    if (res.locals.caller === undefined) res.locals.caller = tokens.verifyAccess(bearerToken(req.get('Authorization')));
     next();
   };
 }

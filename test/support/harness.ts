@@ -7,12 +7,19 @@ import { createLogger } from '../../src/logger';
 import { startService, type RunningService } from '../../src/service';
 import { createTokens, type Tokens } from '../../src/auth/tokens';
 import type { EventStore } from '../../src/infra/eventstore/port';
+import { TIERS } from '../../src/ratelimit/limiter';
 import { startStack, type Stack } from './stack';
 import { TEST_SECRETS } from './server';
 
 export type Mode = 'embedded' | 'distributed';
 export const MODES: readonly Mode[] = ['embedded', 'distributed'];
 export const CRM_KEY = 'test-crm-key-1';
+
+/**
+ * Every request of a test comes from 127.0.0.1: tests that are not about rate limits get
+ * limits they never reach; the rate-limit tests set their own through RATE_LIMITS.
+ */
+export const GENEROUS_RATE_LIMITS = TIERS.map((tier) => `${tier}=1000000/60`).join(',');
 
 /** A real service started in this process on port 0, in either mode, with its log captured. */
 export interface TestService {
@@ -38,7 +45,7 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
       done();
     },
   });
-  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env });
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMITS: GENEROUS_RATE_LIMITS, ...env });
   const service: RunningService = await startService(config, createLogger(config.logLevel, sink));
   const tokens = createTokens({
     jwtAccessSecret: env.JWT_ACCESS_SECRET ?? '',

@@ -1,5 +1,5 @@
-import { timingSafeEqual, createHash } from 'node:crypto';
 import { Router, type Request, type RequestHandler } from 'express';
+import { createApiKeyMatcher } from '../../auth/api-keys';
 import { ConflictError, UnauthorizedError } from '../../domain/errors';
 import type { SyncCustomerResult, UserCommands } from '../../commands/users';
 import { AUTH_MESSAGES, type AuthCommands } from '../../commands/auth';
@@ -27,19 +27,13 @@ export interface AuthDeps {
   readonly tokens: Tokens;
 }
 
-function digest(s: string): Buffer {
-  return createHash('sha256').update(s).digest();
-}
-
-/** Accepts any configured key; compares digests in constant time so length leaks nothing. */
+/** Accepts any configured key (see createApiKeyMatcher); the key is then known by its id only. */
 export function internalApiKey(keys: readonly string[]): RequestHandler {
-  const digests = keys.map(digest);
+  const match = createApiKeyMatcher(keys);
   return (req, res, next) => {
-    const given = req.get('X-Internal-Api-Key');
-    const givenDigest = digest(given ?? '');
-    const ok = given !== undefined && digests.some((d) => timingSafeEqual(d, givenDigest));
-    if (!ok) throw new UnauthorizedError('Invalid API key');
-    res.locals.apiKeyId = givenDigest.subarray(0, 8).toString('hex');
+    const keyId = match(req.get('X-Internal-Api-Key'));
+    if (keyId === null) throw new UnauthorizedError('Invalid API key');
+    res.locals.apiKeyId = keyId;
     next();
   };
 }

@@ -1,0 +1,134 @@
+import type Redis from 'ioredis';
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+
+/**
+ * Rate limits (interface: Limits; decisions §6), counted by `rate-limiter-flexible`: in
+ * memory in embedded mode, in Redis (shared by every process) in distributed mode.
+ */
+export const TIERS = [
+  'login',
+  'refresh',
+  'auth',
+  'sync',
+  'register',
+  'heartbeat',
+  'general',
+  'ops',
+  'tunnelMessage',
+  'tunnelSubscribe',
+] as const;
+export type Tier = (typeof TIERS)[number];
+
+export interface TierLimit {
+  readonly points: number;
+  readonly durationSeconds: number;
+}
+
+export const DEFAULT_LIMITS: Readonly<Record<Tier, TierLimit>> = {
+  login: { points: 5, durationSeconds: 60 },
+  refresh: { points: 10, durationSeconds: 60 },
+  auth: { points: 5, durationSeconds: 60 },
+  sync: { points: 1000, durationSeconds: 60 },
+  register: { points: 10, durationSeconds: 3600 },
+  heartbeat: { points: 10, durationSeconds: 60 },
+  general: { points: 100, durationSeconds: 60 },
+  // Health and metrics: probes from load balancers and scrapers poll often.
+  ops: { points: 1000, durationSeconds: 60 },
+  tunnelMessage: { points: 50, durationSeconds: 10 },
+  tunnelSubscribe: { points: 10, durationSeconds: 60 },
+};
+
+export interface Decision {
+  readonly allowed: boolean;
+  readonly limit: number;
+  readonly remaining: number;
+  /** Unix seconds when the window resets. */
+  readonly resetAt: number;
+  /** Whole seconds to wait before trying again (0 when allowed). */
+  readonly retryAfter: number;
+}
+
+export interface RateLimiter {
+  consume(tier: Tier, key: string): Promise<Decision>;
+  limitOf(tier: Tier): TierLimit;
+}
+
+function decision(limit: TierLimit, res: RateLimiterRes, allowed: boolean, nowMs: number): Decision {
+  const msBeforeNext = Math.max(0, res.msBeforeNext);
+  return {
+    allowed,
+    limit: limit.points,
+    remaining: allowed ? Math.max(0, res.remainingPoints) : 0,
+    resetAt: Math.ceil((nowMs + msBeforeNext) / 1000),
+    retryAfter: allowed ? 0 : Math.max(1, Math.ceil(msBeforeNext / 1000)),
+  };
+}
+
+function build(limits: Readonly<Record<Tier, TierLimit>>, make: (tier: Tier, limit: TierLimit) => RateLimiterAbstract, onStoreError: (tier: Tier, error: Error) => void): RateLimiter {
+  const limiters = new Map<Tier, RateLimiterAbstract>(TIERS.map((tier) => [tier, make(tier, limits[tier])]));
+  return {
+    limitOf: (tier) => limits[tier],
+    async consume(tier, key) {
+      const limit = limits[tier];
+      const limiter = limiters.get(tier) as RateLimiterAbstract;
+      const now = Date.now();
+      try {
+        return decision(limit, await limiter.consume(key, 1), true, now);
+      } catch (rejection) {
+        if (rejection instanceof RateLimiterRes) return decision(limit, rejection, false, now);
+        // The store is unreachable: fail open — keep answering — and say so.
+        onStoreError(tier, rejection instanceof Error ? rejection : new Error(String(rejection)));
+        return { allowed: true, limit: limit.points, remaining: limit.points, resetAt: Math.ceil(now / 1000) + limit.durationSeconds, retryAfter: 0 };
+      }
+    },
+  };
+}
+
+export function createMemoryRateLimiter(limits: Readonly<Record<Tier, TierLimit>> = DEFAULT_LIMITS): RateLimiter {
+  return build(
+    limits,
+    (tier, limit) => new RateLimiterMemory({ keyPrefix: tier, points: limit.points, duration: limit.durationSeconds }),
+    () => undefined,
+  );
+}
+
+/**
+ * Counters in Redis. When Redis is not ready the call does not queue behind the
+ * reconnection: it fails at once and the request is let through (fail open).
+ */
+export function createRedisRateLimiter(
+  redis: Redis,
+  limits: Readonly<Record<Tier, TierLimit>>,
+  onStoreError: (tier: Tier, error: Error) => void,
+): RateLimiter {
+  return build(
+    limits,
+    (tier, limit) =>
+      new RateLimiterRedis({
+        storeClient: redis,
+        keyPrefix: `hhc:rl:${tier}`,
+        points: limit.points,
+        duration: limit.durationSeconds,
+        rejectIfRedisNotReady: true,
+      }),
+    onStoreError,
+  );
+}
+
+/** Parses `RATE_LIMITS` overrides: `login=5/60,general=100/60` (points/seconds). */
+export function parseRateLimits(spec: string | undefined): Record<Tier, TierLimit> {
+  const limits: Record<Tier, TierLimit> = { ...DEFAULT_LIMITS };
+  if (spec === undefined || spec.trim() === '') return limits;
+  for (const part of spec.split(',')) {
+    const match = /^\s*([A-Za-z]+)\s*=\s*(\d+)\s*\/\s*(\d+)\s*$/.exec(part);
+    const tier = match?.[1];
+    if (match === null || tier === undefined || !(TIERS as readonly string[]).includes(tier)) {
+      throw new Error(`"${part.trim()}" is not tier=points/seconds with a tier of ${TIERS.join(', ')}`);
+    }
+    const points = Number(match[2]);
+    const durationSeconds = Number(match[3]);
+    if (points < 1 || durationSeconds < 1) throw new Error(`"${part.trim()}" needs at least 1 point and 1 second`);
+    limits[tier as Tier] = { points, durationSeconds };
+  }
+  return limits;
+}

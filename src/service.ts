@@ -11,6 +11,7 @@ import type { ReadinessReport } from './api/routes/health';
 import { systemClock, type Clock } from './commands/handler';
 import { createUserCommands } from './commands/users';
 import { createDeviceCommands } from './commands/devices';
+import { createTunnel, type Tunnel } from './tunnel/tunnel';
 import { createTokens } from './auth/tokens';
 import type { EventStore } from './infra/eventstore/port';
 import { comparePositions } from './infra/eventstore/port';
@@ -31,6 +32,10 @@ import type { CredentialStore } from './infra/credentials/port';
 import { openFileCredentialStore } from './infra/credentials/file';
 import { openMongoCredentialStore } from './infra/credentials/mongo';
 import { createLogMailer, createSmtpMailer, type Mailer } from './infra/mail/mailer';
+import { createPresenceCommands } from './commands/presence';
+import { startExpiryRole, type ExpiryRole } from './presence/expiry-role';
+import { createTimerExpiryScheduler } from './presence/timer-scheduler';
+import { createBullmqExpiryScheduler } from './presence/bullmq-scheduler';
 
 export interface RunningService {
   /** The HTTP port, when this process runs the API role. */
@@ -162,6 +167,37 @@ function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger)
   };
 }
 
+/**
+ * Runs the expiry role (decisions §4): in-process timers in embedded mode, rebuilt from the
+ * read model at start; BullMQ delayed jobs in Redis in distributed mode, worked by every
+ * process with this role, and scheduled again whenever the connection to Redis comes back.
+ */
+async function runExpiryRole(config: Config, infra: Infrastructure, logger: Logger, clock: Clock): Promise<ExpiryRole> {
+  let lastWarned = 0;
+  const warn = (error: unknown): void => {
+    // Redis away: every reconnect attempt fails; one line per ten seconds says enough.
+    if (Date.now() - lastWarned < 10_000) return;
+    lastWarned = Date.now();
+    logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'presence expiry: error');
+  };
+  let role: ExpiryRole | null = null;
+  const scheduler =
+    config.mode === 'embedded'
+      ? createTimerExpiryScheduler({ onError: (_key, error) => warn(error) })
+      : createBullmqExpiryScheduler({ redisUrl: config.redisUrl, onReconnect: () => role?.resync(), onError: warn });
+  role = await startExpiryRole({
+    eventStore: infra.eventStore,
+    readStore: infra.readStore,
+    scheduler,
+    presence: createPresenceCommands({ eventStore: infra.eventStore, clock, offlineAfterSeconds: config.offlineAfterSeconds }),
+    offlineAfterSeconds: config.offlineAfterSeconds,
+    logger,
+  });
+  // Embedded: the read model is complete by now, so every deadline is restored before the API opens.
+  if (config.mode === 'embedded') await role.ready;
+  return role;
+}
+
 /** Fail open, loudly: one log line per tier and minute while the counters' store is unreachable. */
 function onRateLimitStoreError(logger: Logger): (tier: Tier, error: Error) => void {
   const lastLogged = new Map<Tier, number>();
@@ -178,8 +214,10 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   const roles = new Set(config.roles);
   const projector = roles.has('projector') ? runProjectorRole(config, infra, logger) : null;
   if (projector !== null) await projector.ready;
+  const expiry = roles.has('expiry') ? await runExpiryRole(config, infra, logger, clock) : null;
 
   let server: Server | null = null;
+  let tunnel: Tunnel | null = null;
   let behindSince: number | null = null;
 
   const readiness = async (): Promise<ReadinessReport> => {
@@ -267,6 +305,14 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       devices: { tokens, readStore: infra.readStore, devices },
     });
     server = createServer(app);
+    tunnel = await createTunnel(server, {
+      tokens,
+      eventStore: infra.eventStore,
+      logger,
+      clock,
+      redis: config.mode === 'distributed' ? { url: config.redisUrl } : null,
+      appOrigin: config.appOrigin,
+    });
     const listening = server;
     await new Promise<void>((resolve, reject) => {
       listening.once('error', reject);
@@ -281,6 +327,8 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     port,
     eventStore: infra.eventStore,
     stop: async () => {
+      // Tunnel sockets first: they would hold the HTTP server open, and their clients reconnect elsewhere.
+      await tunnel?.close();
       if (server !== null) {
         const s = server;
         await new Promise<void>((resolve) => {
@@ -292,6 +340,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       // Reset mails still on their way are sent before the stores close.
       await auth?.drain();
       mailer?.close();
+      await expiry?.stop();
       if (projector !== null) await projector.stop();
       await infra.close();
     },

@@ -21,7 +21,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import { countOwnedDevices } from '../projections/devices';
 import { findUserByEmail } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
-import { createStateCache, handleCommand, toNewEvents, type Clock, type CommandContext, type HandledCommand } from './handler';
+import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand } from './handler';
 
 /** `heartbeat-<uuid>` keeps a week: enough for the offline expiry and for auditors, never a long read. */
 export const HEARTBEAT_MAX_AGE_SECONDS = 7 * 24 * 60 * 60;
@@ -189,8 +189,14 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
 
     /**
      * The hot path. It reads only what is new in `device-<uuid>` since this process last
-     * folded it (only transitions live there), appends there only on a transition, and
-     * appends the tiny `HeartbeatReceived` to `heartbeat-<uuid>` without reading it.
+     * folded it (only transitions live there), appends the tiny `HeartbeatReceived` to
+     * `heartbeat-<uuid>` without reading it, and appends to the device stream only on a
+     * transition. No Redis, no BullMQ: the expiry role schedules from the device streams.
+     *
+     * Order matters (the race with an expiry job, src/commands/presence.ts): the token is
+     * checked before anything is written, the heartbeat is appended next, and transitions
+     * are decided only after that, on a fresh read of the device stream — so an offline
+     * transition the job appended meanwhile is seen here and answered with DeviceWentOnline.
      */
     async heartbeat(uuid, tokenGen, input, ctx) {
       const now = clock.now().toISOString();
@@ -204,9 +210,13 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
           now,
         },
       };
+      const stream = deviceStream(uuid);
+      const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, cache.get(stream));
+      if (known.revision >= 0n) cache.set(stream, known);
+      deviceDecider.decide(command, known.state); // 401 for a revoked token, before the heartbeat is recorded
+      const beat = await eventStore.append(heartbeatStream(uuid), toNewEvents([heartbeatReceived(command)], ctx, now), 'any');
       const result = await run(uuid, command, ctx);
-      const appended = await eventStore.append(heartbeatStream(uuid), toNewEvents([heartbeatReceived(command)], ctx, now), 'any');
-      await settle(appended.position);
+      await settle(result.position ?? beat.position);
       return { id: active(result.state).id, isOnline: true, lastSeenAt: now };
     },
   };

@@ -182,6 +182,21 @@ export type MarkOffline = Command<
   }
 >;
 
+/**
+ * Issued by the expiry job right after it marked the device offline, when `heartbeat-<uuid>`
+ * turned out to hold a heartbeat its decision had not seen: that heartbeat raced the
+ * decision (the API may already have answered it `isOnline: true`), so the device is back.
+ */
+export type ConfirmPresence = Command<
+  'ConfirmPresence',
+  {
+    readonly uuid: string;
+    /** `receivedAt` of the heartbeat the offline decision missed. */
+    readonly heartbeatAt: string;
+    readonly now: string;
+  }
+>;
+
 export type DeviceCommand =
   | RegisterDevice
   | UpdateDevice
@@ -190,7 +205,8 @@ export type DeviceCommand =
   | DeleteDevice
   | IssueDeviceToken
   | RecordHeartbeat
-  | MarkOffline;
+  | MarkOffline
+  | ConfirmPresence;
 
 // ---------------------------------------------------------------------------------------
 // Events
@@ -536,6 +552,17 @@ function decideMarkOffline(command: MarkOffline, state: DeviceState): DeviceEven
   ];
 }
 
+/** Back online for a heartbeat newer than the one the device went offline with; nothing otherwise. */
+function decideConfirmPresence(command: ConfirmPresence, state: DeviceState): DeviceEvent[] {
+  const c = command.data;
+  if (state.status !== 'active' || state.isOnline) return [];
+  const at = Date.parse(c.heartbeatAt);
+  // A heartbeat of an earlier registration of this uuid, or one the offline event already counted.
+  if (at < Date.parse(state.createdAt)) return [];
+  if (state.lastSeenAt !== null && at <= Date.parse(state.lastSeenAt)) return [];
+  return [{ type: 'DeviceWentOnline', data: { uuid: state.uuid, lastSeenAt: c.heartbeatAt } }];
+}
+
 export function decideDevice(command: DeviceCommand, state: DeviceState): DeviceEvent[] {
   switch (command.type) {
     case 'RegisterDevice':
@@ -554,6 +581,8 @@ export function decideDevice(command: DeviceCommand, state: DeviceState): Device
       return decideHeartbeat(command, state);
     case 'MarkOffline':
       return decideMarkOffline(command, state);
+    case 'ConfirmPresence':
+      return decideConfirmPresence(command, state);
     default: {
       const _exhaustive: never = command;
       return _exhaustive;

@@ -217,6 +217,12 @@ function withRoles(docs: readonly DeviceDoc[], userId: string): Array<{ device: 
   });
 }
 
+/** Every device the read model has online, with its newest heartbeat: what presence expiry schedules at start. */
+export async function listOnlineDevices(store: ReadStore): Promise<Array<{ uuid: string; lastSeenAt: string | null }>> {
+  const docs = await devices(store).find({ where: { isOnline: true } });
+  return docs.map((doc) => ({ uuid: doc.uuid, lastSeenAt: doc.lastSeenAt }));
+}
+
 /** The user's devices as GET /users/me lists them (active links only, oldest first). */
 export async function deviceSummariesForUser(
   store: ReadStore,

@@ -9,6 +9,7 @@ import { createTokens, type Tokens } from '../../src/auth/tokens';
 import type { EventStore } from '../../src/infra/eventstore/port';
 import { TIERS } from '../../src/ratelimit/limiter';
 import { startStack, type Stack } from './stack';
+import type { PrivateRedis } from './redis';
 import { TEST_SECRETS } from './server';
 
 export type Mode = 'embedded' | 'distributed';
@@ -34,6 +35,8 @@ export interface TestService {
   readonly logs: () => string;
   /** Starts a second service (another API process) against the same stores. */
   readonly startAnother: (extraEnv?: Record<string, string>) => Promise<TestService>;
+  /** Distributed mode: the stack's private Redis (null in embedded mode or for another process). */
+  readonly redis: PrivateRedis | null;
   readonly stop: () => Promise<void>;
 }
 
@@ -59,6 +62,7 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
     tokens,
     eventStore: service.eventStore,
     logs: () => logs,
+    redis: owned.stack?.redis ?? null,
     startAnother: (extraEnv = {}) => startWith(mode, { ...env, ...extraEnv }, { stack: null, dir: null }),
     stop: async () => {
       await service.stop();

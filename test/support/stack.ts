@@ -1,6 +1,6 @@
 import { startEsdbStandin } from './esdb-standin';
 import { startJongodb } from './jongodb';
-import { startPrivateRedis } from './redis';
+import { startPrivateRedis, type PrivateRedis } from './redis';
 
 /**
  * Test stand-ins for the services distributed mode needs, on this machine: jongodb
@@ -9,6 +9,8 @@ import { startPrivateRedis } from './redis';
  */
 export interface Stack {
   readonly env: { readonly EVENTSTORE_URL: string; readonly MONGODB_URI: string; readonly REDIS_URL: string };
+  /** The private Redis, for tests that kill or restart it. */
+  readonly redis: PrivateRedis;
   stop(): Promise<void>;
 }
 
@@ -16,6 +18,7 @@ export async function startStack(): Promise<Stack> {
   const [esdb, mongo, redis] = await Promise.all([startEsdbStandin(), startJongodb(), startPrivateRedis()]);
   return {
     env: { EVENTSTORE_URL: esdb.url, MONGODB_URI: mongo.uri, REDIS_URL: redis.url },
+    redis,
     stop: async () => {
       await Promise.allSettled([esdb.stop(), mongo.stop(), redis.stop()]);
     },

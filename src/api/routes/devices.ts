@@ -1,5 +1,5 @@
 import { Router, type Response } from 'express';
-import { bearerToken, DEVICE_TOKEN_TTL_SECONDS, type Tokens } from '../../auth/tokens';
+import { bearerToken, DEVICE_TOKEN_TTL_SECONDS, type DeviceClaims, type Tokens } from '../../auth/tokens';
 import type { DeviceCommands } from '../../commands/devices';
 import { DEVICE_MESSAGES, type ActiveDevice } from '../../domain/device';
 import { ForbiddenError, NotFoundError } from '../../domain/errors';
@@ -208,7 +208,9 @@ export function deviceRoutes(deps: DeviceDeps): Router {
   };
 
   router.post('/heartbeat/:uuid', async (req, res) => {
-    const claims = deps.tokens.verifyDevice(bearerToken(req.get('Authorization')));
+    // The rate limiter verified the token already (it counts heartbeats per device): once is enough.
+    const verified = res.locals.deviceClaims as DeviceClaims | undefined;
+    const claims = verified ?? deps.tokens.verifyDevice(bearerToken(req.get('Authorization')));
     const uuid = parseInput(deviceUuidParams, req.params).uuid.toLowerCase();
     if (claims.deviceUuid !== uuid) throw new ForbiddenError(HEARTBEAT_UUID_MISMATCH);
     const body = parseInput(heartbeatBody, req.body ?? {});

@@ -1,0 +1,306 @@
+/**
+ * `npm run bench:heartbeat`: heartbeats per second and latency for 10k simulated devices,
+ * in embedded and distributed mode, next to this machine's ceiling measured in the same
+ * run (a bare Express POST that verifies the same device JWT with a key built once), then
+ * the offline expiry of all 10k devices going silent at once.
+ *
+ * Everything runs on 127.0.0.1 and is bounded: BENCH_DEVICES devices (10,000),
+ * BENCH_SECONDS of sustained load (15), BENCH_CONNECTIONS keep-alive connections (64).
+ * The load generator is a child process (bench/http-load.ts); the service under test runs
+ * in this process with every role (api, projector, expiry), as `npm start` would. The
+ * distributed mode runs against the test stack started here (test/support/stack.ts:
+ * EventStoreDB stand-in, jongodb, private redis-server) — stand-ins, not production servers.
+ *
+ * Devices are registered through the command layer (createDeviceCommands), not the HTTP
+ * API: the same decider, handler and events, without 20,000 extra HTTP round trips and
+ * without the per-user register rate limit and device cap, which are not what is measured.
+ */
+import { fork } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import express from 'express';
+import { bearerToken, createTokens, type Tokens } from '../src/auth/tokens';
+import { createDeviceCommands } from '../src/commands/devices';
+import { newCommandContext, systemClock } from '../src/commands/handler';
+import { loadConfig } from '../src/config';
+import type { DeviceWentOffline } from '../src/domain/device';
+import { STREAM_PREFIXES } from '../src/domain/events';
+import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
+import { createEsdbEventStore } from '../src/infra/eventstore/esdb';
+import type { EventStore } from '../src/infra/eventstore/port';
+import { createMemoryReadStore } from '../src/infra/readstore/memory';
+import { createMongoReadStore } from '../src/infra/readstore/mongo';
+import { createLogger } from '../src/logger';
+import { DEVICES_COLLECTION } from '../src/projections/devices';
+import type { Watermark } from '../src/projections/watermark';
+import { startService } from '../src/service';
+import { startStack, type Stack } from '../test/support/stack';
+import { TEST_SECRETS } from '../test/support/server';
+import type { LoadJob, LoadRequest, LoadResult } from './http-load';
+
+const DEVICES = Number(process.env.BENCH_DEVICES ?? 10_000);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const SUSTAIN_MS = Number(process.env.BENCH_SECONDS ?? 15) * 1000;
+const OFFLINE_AFTER_SECONDS = Number(process.env.BENCH_OFFLINE_AFTER_SECONDS ?? 20);
+/** Set to skip the silence and expiry part (quicker runs while profiling the hot path). */
+const SKIP_OFFLINE = process.env.BENCH_SKIP_OFFLINE === '1';
+const MODES = (process.env.BENCH_MODES ?? 'embedded,distributed').split(',').map((m) => m.trim());
+/** What a hub sends every 30–60 s: its address and a little metadata, unchanged from registration. */
+const BODY = JSON.stringify({ ipAddress: '192.168.1.20', metadata: { fw: '1.4.2', model: 'HH-2' } });
+const HEARTBEAT_PATH = (uuid: string): string => `/api/v1/devices/heartbeat/${uuid}`;
+
+interface Device {
+  readonly uuid: string;
+  readonly token: string;
+}
+
+function log(message: string): void {
+  process.stdout.write(`${new Date().toISOString().slice(11, 19)} ${message}\n`);
+}
+
+async function runLoadChild(job: LoadJob): Promise<LoadResult> {
+  const child = fork(join(__dirname, 'http-load.ts'), [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  return new Promise<LoadResult>((resolve, reject) => {
+    child.once('message', (result: LoadResult) => resolve(result));
+    child.once('exit', (code) => reject(new Error(`load generator exited with ${String(code)}`)));
+    child.send(job);
+  });
+}
+
+const load = (port: number, devices: readonly Device[], mode: LoadJob['mode'], durationMs = SUSTAIN_MS): Promise<LoadResult> =>
+  runLoadChild({
+    port,
+    requests: devices.map((d): LoadRequest => ({ path: HEARTBEAT_PATH(d.uuid), token: d.token })),
+    body: BODY,
+    connections: CONNECTIONS,
+    mode,
+    durationMs,
+    maxRequests: 5_000_000,
+  });
+
+function summary(r: LoadResult): string {
+  const l = r.latencyMs;
+  const statuses = Object.entries(r.statuses)
+    .map(([s, n]) => `${s}×${n}`)
+    .join(' ');
+  return `${Math.round(r.perSecond)} req/s over ${r.requests} requests; latency p50 ${l.p50.toFixed(2)} ms, p90 ${l.p90.toFixed(2)} ms, p99 ${l.p99.toFixed(2)} ms, max ${l.max.toFixed(1)} ms; ${statuses}`;
+}
+
+// ---------------------------------------------------------------------------------------
+// The ceiling: the same request, verified the same way, answered at once.
+
+async function measureCeiling(tokens: Tokens, devices: readonly Device[]): Promise<LoadResult> {
+  const app = express();
+  app.disable('x-powered-by');
+  app.use(express.json({ limit: 64 * 1024 }));
+  app.post('/api/v1/devices/heartbeat/:uuid', (req, res) => {
+    try {
+      const claims = tokens.verifyDevice(bearerToken(req.get('Authorization')));
+      if (claims.deviceUuid !== req.params.uuid) {
+        res.status(403).json({ statusCode: 403 });
+        return;
+      }
+      res.status(200).json({ success: true, device: { id: claims.sub, isOnline: true, lastSeenAt: new Date().toISOString() } });
+    } catch {
+      res.status(401).json({ statusCode: 401 });
+    }
+  });
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  try {
+    await load(port, devices, 'sustained', 2000); // warm up the JIT
+    return await load(port, devices, 'sustained');
+  } finally {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Registration through the command layer
+
+const noWaitWatermark: Watermark = {
+  advance: () => undefined,
+  waitFor: async () => true,
+  current: () => null,
+  close: async () => undefined,
+};
+
+async function registerDevices(eventStore: EventStore, tokens: Tokens, count: number): Promise<Device[]> {
+  const commands = createDeviceCommands({
+    eventStore,
+    // Nothing reads back: the owner's device count starts at 0 and the cap is lifted.
+    readStore: createMemoryReadStore(),
+    watermark: noWaitWatermark,
+    clock: systemClock,
+    readYourWritesTimeoutMs: 1,
+    maxDevicesPerUser: count + 1,
+  });
+  const owner = randomUUID();
+  const devices: Device[] = new Array<Device>(count);
+  let nextIndex = 0;
+  const worker = async (): Promise<void> => {
+    for (let i = nextIndex++; i < count; i = nextIndex++) {
+      const ctx = newCommandContext({ type: 'user', id: owner }, `bench-register-${i}`);
+      const uuid = randomUUID();
+      await commands.register({ uuid, deviceId: `HUB-${i}`, name: `Hub ${i}`, ipAddress: '192.168.1.20', metadata: { fw: '1.4.2', model: 'HH-2' } }, ctx);
+      const device = await commands.issueToken(uuid, ctx);
+      devices[i] = { uuid, token: tokens.signDevice({ sub: device.id, deviceUuid: uuid, gen: device.gen }) };
+    }
+  };
+  await Promise.all(Array.from({ length: 100 }, worker));
+  return devices;
+}
+
+// ---------------------------------------------------------------------------------------
+// One mode: register, start, first heartbeats, sustained load, silence, expiry
+
+interface ModeResult {
+  readonly mode: string;
+  readonly registerSeconds: number;
+  readonly firstPass: LoadResult;
+  readonly sustained: LoadResult;
+  readonly offline: { readonly count: number; readonly earliestMs: number; readonly worstMs: number; readonly worstSeenMs: number; readonly spanSeconds: number };
+}
+
+const silentSink = new Writable({ write: (_chunk, _encoding, done) => done() });
+
+async function waitUntil(condition: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+async function benchMode(mode: string, tokens: Tokens): Promise<ModeResult> {
+  let stack: Stack | null = null;
+  let dir: string | null = null;
+  let env: Record<string, string>;
+  if (mode === 'embedded') {
+    dir = mkdtempSync(join(tmpdir(), 'hhc-bench-'));
+    env = { DATA_DIR: dir };
+  } else {
+    stack = await startStack();
+    env = { ...stack.env };
+  }
+  try {
+    log(`${mode}: registering ${DEVICES} devices through the command layer`);
+    const registerStarted = Date.now();
+    const seedStore = mode === 'embedded' ? await openEmbeddedEventStore(dir as string) : createEsdbEventStore(env.EVENTSTORE_URL as string);
+    const devices = await registerDevices(seedStore, tokens, DEVICES);
+    await seedStore.close();
+    const registerSeconds = (Date.now() - registerStarted) / 1000;
+
+    const config = loadConfig({
+      ...TEST_SECRETS,
+      ...env,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      OFFLINE_AFTER_SECONDS: String(OFFLINE_AFTER_SECONDS),
+      // Real hubs send one heartbeat per 30–60 s; the bench sends them as fast as it can.
+      RATE_LIMITS: 'heartbeat=1000000/60',
+    });
+    const service = await startService(config, createLogger('warn', silentSink));
+    try {
+      if (mode !== 'embedded') {
+        const readStore = await createMongoReadStore(env.MONGODB_URI as string);
+        try {
+          await waitUntil(async () => (await readStore.collection(DEVICES_COLLECTION).count()) === DEVICES, 120_000, 'the devices read model');
+        } finally {
+          await readStore.close();
+        }
+      }
+      const port = service.port ?? 0;
+      log(`${mode}: first heartbeat of every device (each one a DeviceWentOnline)`);
+      const firstPass = await load(port, devices, 'pass');
+      log(`${mode}:   ${summary(firstPass)}`);
+      log(`${mode}: sustained heartbeats for ${SUSTAIN_MS / 1000} s`);
+      const sustained = await load(port, devices, 'sustained');
+      log(`${mode}:   ${summary(sustained)}`);
+      if (SKIP_OFFLINE) return { mode, registerSeconds, firstPass, sustained, offline: { count: 0, earliestMs: 0, worstMs: 0, worstSeenMs: 0, spanSeconds: 0 } };
+
+      // The last heartbeat of every device, then silence: all 10k deadlines fall within this pass.
+      const head = await service.eventStore.headPosition();
+      const offlineEvents: Array<{ data: DeviceWentOffline['data']; seenAt: number }> = [];
+      const feed = service.eventStore.subscribe({ ...(head !== null ? { fromPosition: head } : {}), streamPrefixes: [STREAM_PREFIXES.device] });
+      const collecting = (async () => {
+        for await (const item of feed) {
+          if (item.kind === 'event' && item.event.type === 'DeviceWentOffline') {
+            offlineEvents.push({ data: item.event.data as DeviceWentOffline['data'], seenAt: Date.now() });
+          }
+        }
+      })();
+      const last = await load(port, devices, 'pass');
+      log(`${mode}: last heartbeat of every device (${summary(last)}); now silent, offline after ${OFFLINE_AFTER_SECONDS} s`);
+      await waitUntil(async () => offlineEvents.length >= DEVICES, (OFFLINE_AFTER_SECONDS + 90) * 1000, 'every device to go offline').catch((error: unknown) => {
+        log(`${mode}: ${error instanceof Error ? error.message : String(error)} (${offlineEvents.length} of ${DEVICES})`);
+      });
+      await feed.close();
+      await collecting;
+
+      const windowMs = OFFLINE_AFTER_SECONDS * 1000;
+      const lateness = offlineEvents.map((e) => Date.parse(e.data.wentOfflineAt) - (Date.parse(e.data.lastSeenAt ?? '') + windowMs));
+      const seenLateness = offlineEvents.map((e) => e.seenAt - (Date.parse(e.data.lastSeenAt ?? '') + windowMs));
+      const times = offlineEvents.map((e) => Date.parse(e.data.wentOfflineAt));
+      const offline = {
+        count: new Set(offlineEvents.map((e) => e.data.uuid)).size,
+        earliestMs: Math.min(...lateness),
+        worstMs: Math.max(...lateness),
+        worstSeenMs: Math.max(...seenLateness),
+        spanSeconds: (Math.max(...times) - Math.min(...times)) / 1000,
+      };
+      log(
+        `${mode}: ${offline.count} of ${DEVICES} offline; after their deadlines by ${offline.earliestMs} ms (earliest) to ${offline.worstMs} ms (worst), ` +
+          `seen by a subscriber ${offline.worstSeenMs} ms after at worst; transitions spread over ${offline.spanSeconds.toFixed(1)} s`,
+      );
+      return { mode, registerSeconds, firstPass, sustained, offline };
+    } finally {
+      await service.stop();
+    }
+  } finally {
+    await stack?.stop();
+    if (dir !== null) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+async function main(): Promise<void> {
+  const tokens = createTokens({
+    jwtAccessSecret: TEST_SECRETS.JWT_ACCESS_SECRET,
+    jwtRefreshSecret: TEST_SECRETS.JWT_REFRESH_SECRET,
+    jwtDeviceSecret: TEST_SECRETS.JWT_DEVICE_SECRET,
+  });
+  log(`heartbeat bench: ${DEVICES} devices, ${CONNECTIONS} connections, ${SUSTAIN_MS / 1000} s sustained, OFFLINE_AFTER_SECONDS=${OFFLINE_AFTER_SECONDS}`);
+  const fakeDevices: Device[] = Array.from({ length: DEVICES }, () => {
+    const uuid = randomUUID();
+    return { uuid, token: tokens.signDevice({ sub: randomUUID(), deviceUuid: uuid, gen: 1 }) };
+  });
+  const ceiling = await measureCeiling(tokens, fakeDevices);
+  log(`ceiling (bare Express + JWT verify): ${summary(ceiling)}`);
+
+  const results: ModeResult[] = [];
+  for (const mode of MODES) results.push(await benchMode(mode, tokens));
+
+  process.stdout.write('\n| | heartbeats/s | % of ceiling | p50 ms | p99 ms | worst offline lateness |\n|---|---|---|---|---|---|\n');
+  process.stdout.write(`| ceiling | ${Math.round(ceiling.perSecond)} | 100 % | ${ceiling.latencyMs.p50.toFixed(2)} | ${ceiling.latencyMs.p99.toFixed(2)} | — |\n`);
+  for (const r of results) {
+    const s = r.sustained;
+    process.stdout.write(
+      `| ${r.mode} | ${Math.round(s.perSecond)} | ${Math.round((100 * s.perSecond) / ceiling.perSecond)} % | ${s.latencyMs.p50.toFixed(2)} | ${s.latencyMs.p99.toFixed(2)} | ${(r.offline.worstMs / 1000).toFixed(2)} s (${r.offline.count}/${DEVICES}) |\n`,
+    );
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    process.stderr.write(`bench failed: ${error instanceof Error ? error.stack : String(error)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,688 @@
+import { randomUUID } from 'node:crypto';
+import type { Server as HttpServer } from 'node:http';
+import { Server, type Namespace, type Socket } from 'socket.io';
+import type { z } from 'zod';
+import type { Tokens } from '../auth/tokens';
+import { TOKEN_MESSAGES } from '../auth/tokens';
+import { systemClock, type Clock, type FoldedStream } from '../commands/handler';
+import { activeRole, can, type DeviceState } from '../domain/device';
+import { DomainError, UnauthorizedError } from '../domain/errors';
+import { asHomeHubEvent, STREAM_PREFIXES } from '../domain/events';
+import type { EventStore, GlobalPosition, RecordedEvent, Subscription } from '../infra/eventstore/port';
+import type { Logger } from '../logger';
+import { parseInput } from '../api/validation';
+import { createDeviceAccess } from './access';
+import { createLocalCluster, createRedisCluster, type ClusterNotice, type DeviceClaim, type InterServerEvents, type RedisAdapterKind, type TunnelCluster } from './cluster';
+import { TunnelFailure, TUNNEL_MESSAGES, toTunnelError } from './errors';
+import {
+  TUNNEL_MESSAGE_MAX_BYTES,
+  TUNNEL_NAMESPACE,
+  UNAUTHORIZED,
+  type ClientToServerEvents,
+  type DeviceStatus,
+  type MessageAck,
+  type MessageFromDevice,
+  type MessageToDevice,
+  type ServerToClientEvents,
+  type SubscribeAck,
+  type TunnelError,
+  type UnsubscribeAck,
+} from './events';
+import { unlimited, type TunnelLimiter, type TunnelLimitKind, type TunnelPrincipal } from './limiter';
+import { appMessage, deviceMessage, exceedsSize, subscribeRequest } from './schemas';
+
+/**
+ * The tunnel (decisions §5): Socket.IO namespace `/tunnel` on the API's HTTP server.
+ *
+ * - Apps (user access token) subscribe to devices they are linked to and send them
+ *   messages; devices (device token) send messages to their subscribers.
+ * - Rooms: `device:<uuid>` holds the device's one socket, `subscribers:<uuid>` its
+ *   subscribers, `subscribers:<uuid>:<userId>` one user's subscribed sockets (for `to`).
+ *   Broadcasts to rooms cross API processes through the adapter.
+ * - Each process follows `device-*` events live from the head and acts on its own sockets
+ *   only: presence transitions become `device:status`, unlinks and deletions revoke.
+ */
+
+export interface TunnelOptions {
+  /** The engine's hard cap on one frame; above it the connection is closed. Above the message limit, so a message a little too large gets INVALID_PAYLOAD instead. */
+  readonly maxFrameBytes: number;
+  /** Events of one socket that may wait for IO at once (event store reads, a Redis-backed limiter). */
+  readonly maxPendingPerSocket: number;
+  /** A socket with more packets than this waiting to be written at two sweeps in a row is cut off. */
+  readonly slowConsumerMaxQueued: number;
+  readonly sweepEveryMs: number;
+  /** A refused message is checked against the event store again only this long after the last check. */
+  readonly denialRecheckMs: number;
+  /** Folded device states kept for the permission checks. */
+  readonly accessCacheSize: number;
+}
+
+export const DEFAULT_TUNNEL_OPTIONS: TunnelOptions = {
+  maxFrameBytes: 2 * TUNNEL_MESSAGE_MAX_BYTES,
+  maxPendingPerSocket: 32,
+  slowConsumerMaxQueued: 1024,
+  sweepEveryMs: 2000,
+  denialRecheckMs: 250,
+  accessCacheSize: 20_000,
+};
+
+export interface TunnelRedis {
+  readonly url: string;
+  /** Chosen by `npm run bench:tunnel` (bench/README.md). */
+  readonly adapter?: RedisAdapterKind;
+}
+
+export interface TunnelDeps {
+  readonly tokens: Pick<Tokens, 'verifyAccess' | 'verifyDevice'>;
+  readonly eventStore: EventStore;
+  readonly logger: Logger;
+  readonly clock?: Clock;
+  readonly limiter?: TunnelLimiter;
+  /** Distributed mode: the Redis adapter. Absent or null: one process, the in-memory adapter. */
+  readonly redis?: TunnelRedis | null;
+  /** CORS for the polling transport (browsers); the WebSocket transport needs none. */
+  readonly appOrigin?: string | undefined;
+  readonly options?: Partial<TunnelOptions>;
+}
+
+export interface TunnelStats {
+  readonly appSockets: number;
+  readonly deviceSockets: number;
+  readonly subscriptions: number;
+}
+
+export interface Tunnel {
+  readonly stats: () => TunnelStats;
+  /** Closes every socket's transport (clients reconnect, to another process), then the adapter. */
+  readonly close: () => Promise<void>;
+}
+
+export const DEFAULT_REDIS_ADAPTER: RedisAdapterKind = 'sharded';
+
+type Authenticated =
+  | { readonly kind: 'app'; readonly userId: string; readonly exp: number }
+  | { readonly kind: 'device'; readonly uuid: string; readonly gen: number; readonly exp: number; readonly authorizedAt: string };
+
+interface SocketData {
+  auth: Authenticated;
+}
+
+type TunnelServer = Server<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>;
+type TunnelNamespace = Namespace<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>;
+type TunnelSocket = Socket<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>;
+type Ack = (response: unknown) => void;
+
+interface SessionBase {
+  readonly socket: TunnelSocket;
+  readonly principal: TunnelPrincipal;
+  pending: number;
+  /** Sweeps in a row that found the socket's write queue over the limit. */
+  congested: number;
+  expiry: NodeJS.Timeout | undefined;
+}
+
+interface AppSession extends SessionBase {
+  readonly kind: 'app';
+  readonly userId: string;
+  /** Subscribed device uuid → the `device-<uuid>` revision its link was checked at. */
+  readonly subscriptions: Map<string, bigint>;
+}
+
+interface DeviceSession extends SessionBase {
+  readonly kind: 'device';
+  readonly uuid: string;
+  readonly gen: number;
+  /** The `device-<uuid>` revision the token was checked at. */
+  readonly authorizedAt: bigint;
+  claim: DeviceClaim | null;
+  /** Replaced or revoked: its drop is not news for the subscribers. */
+  ended: boolean;
+}
+
+type Session = AppSession | DeviceSession;
+
+export const deviceRoom = (uuid: string): string => `device:${uuid}`;
+export const subscribersRoom = (uuid: string): string => `subscribers:${uuid}`;
+export const userSubscribersRoom = (uuid: string, userId: string): string => `subscribers:${uuid}:${userId}`;
+
+/** setTimeout's ceiling (about 24.8 days). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+function splitArgs(args: readonly unknown[]): { input: unknown; ack: Ack | undefined } {
+  const last = args[args.length - 1];
+  if (typeof last !== 'function') return { input: args[0], ack: undefined };
+  return { input: args.length > 1 ? args[0] : undefined, ack: last as Ack };
+}
+
+function parse<S extends z.ZodType>(schema: S, input: unknown): z.infer<S> {
+  if (exceedsSize(input)) throw new TunnelFailure('INVALID_PAYLOAD', TUNNEL_MESSAGES.tooLarge);
+  return parseInput(schema, input);
+}
+
+function handshakeError(message: string, detail: string): Error & { data: { message: string } } {
+  return Object.assign(new Error(message), { data: { message: detail } });
+}
+
+export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Promise<Tunnel> {
+  const options: TunnelOptions = { ...DEFAULT_TUNNEL_OPTIONS, ...deps.options };
+  const { tokens, eventStore, logger } = deps;
+  const clock = deps.clock ?? systemClock;
+  const limiter = deps.limiter ?? unlimited;
+  const now = (): string => clock.now().toISOString();
+
+  const cluster: TunnelCluster =
+    deps.redis === undefined || deps.redis === null
+      ? createLocalCluster()
+      : await createRedisCluster({ url: deps.redis.url, adapter: deps.redis.adapter ?? DEFAULT_REDIS_ADAPTER, logger });
+  const access = createDeviceAccess(eventStore, { maxEntries: options.accessCacheSize, now: () => Date.now() });
+
+  let closing = false;
+  const sessions = new Map<string, Session>();
+  /** The device sockets of each device on this process, including those still claiming. */
+  const deviceSessions = new Map<string, Set<DeviceSession>>();
+  /** The current (claimed) device socket of each device held by this process. */
+  const liveDevices = new Map<string, DeviceSession>();
+  /** Subscribed app sessions on this process, by device. */
+  const subscribers = new Map<string, Set<AppSession>>();
+  /** Work that outlives the event that started it (releases, notices), awaited on close. */
+  const background = new Set<Promise<unknown>>();
+
+  const track = (work: Promise<unknown>, what: string): void => {
+    const guarded = work.catch((error: unknown) => logger.warn({ err: error instanceof Error ? error.message : String(error) }, `tunnel: ${what} failed`));
+    background.add(guarded);
+    void guarded.finally(() => background.delete(guarded));
+  };
+
+  const io: TunnelServer = new Server<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>(httpServer, {
+    serveClient: false,
+    maxHttpBufferSize: options.maxFrameBytes,
+    connectTimeout: 10_000,
+    allowRequest: (_req, callback) => callback(closing ? 'shutting down' : null, !closing),
+    ...(cluster.adapter !== undefined ? { adapter: cluster.adapter } : {}),
+    ...(deps.appOrigin !== undefined ? { cors: { origin: deps.appOrigin, credentials: true } } : {}),
+  });
+  // Nothing lives in the main namespace.
+  io.of('/').use((_socket, next) => next(handshakeError(UNAUTHORIZED, 'Connect to the /tunnel namespace')));
+  const nsp: TunnelNamespace = io.of(TUNNEL_NAMESPACE);
+  cluster.attach(nsp, (notice) => onNotice(notice));
+  await cluster.roomsReady();
+
+  // -------------------------------------------------------------------------------------
+  // Handshake
+
+  const authenticate = async (token: unknown): Promise<Authenticated> => {
+    if (typeof token !== 'string' || token.length === 0 || token.length > 8192) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
+    try {
+      const claims = tokens.verifyAccess(token);
+      return { kind: 'app', userId: claims.sub, exp: claims.exp };
+    } catch {
+      // Not an access token: perhaps a device token.
+    }
+    const claims = tokens.verifyDevice(token);
+    const folded = await access.fresh(claims.deviceUuid);
+    if (folded.state.status !== 'active' || folded.state.gen !== claims.gen) throw new UnauthorizedError(TOKEN_MESSAGES.revoked);
+    return { kind: 'device', uuid: claims.deviceUuid, gen: claims.gen, exp: claims.exp, authorizedAt: folded.revision.toString() };
+  };
+
+  nsp.use((socket, next) => {
+    if (closing) {
+      next(handshakeError('unavailable', TUNNEL_MESSAGES.unavailable));
+      return;
+    }
+    const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
+    authenticate(token).then(
+      (auth) => {
+        socket.data.auth = auth;
+        next();
+      },
+      (error: unknown) => {
+        if (error instanceof UnauthorizedError) {
+          next(handshakeError(UNAUTHORIZED, error.message));
+          return;
+        }
+        logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'tunnel: handshake failed');
+        next(handshakeError('unavailable', TUNNEL_MESSAGES.unavailable));
+      },
+    );
+  });
+
+  // -------------------------------------------------------------------------------------
+  // Answers
+
+  const refuse = (session: Session, error: unknown, ack: Ack | undefined, ackBody: (error: TunnelError) => unknown): void => {
+    const payload = toTunnelError(error);
+    if (!(error instanceof TunnelFailure) && !(error instanceof DomainError)) {
+      logger.warn({ err: error instanceof Error ? error.message : String(error), socket: session.socket.id }, 'tunnel: event failed');
+    }
+    session.socket.emit('tunnel:error', payload);
+    if (ack !== undefined) ack(ackBody(payload));
+  };
+
+  const failedMessage = (): MessageAck => ({ success: false, delivered: false });
+  const failedSubscribe = (error: TunnelError): SubscribeAck => ({ success: false, error });
+
+  /** Runs one event's work; answers the ack once, never throws. */
+  const run = (session: Session, args: readonly unknown[], ackBody: (error: TunnelError) => unknown, work: (input: unknown) => Promise<unknown>): void => {
+    const { input, ack } = splitArgs(args);
+    work(input)
+      .then(
+        (response) => ack?.(response),
+        (error: unknown) => refuse(session, error, ack, ackBody),
+      )
+      .catch((error: unknown) => logger.error({ err: error instanceof Error ? error.message : String(error) }, 'tunnel: answering failed'));
+  };
+
+  /**
+   * Waits for IO on behalf of a socket. Only real waits count against its bound (a burst of
+   * events answered from memory never does), so a flood cannot pile up reads or lookups.
+   */
+  const waitFor = async <T>(session: Session, value: T | Promise<T>): Promise<T> => {
+    if (!(value instanceof Promise)) return value;
+    if (session.pending >= options.maxPendingPerSocket) {
+      value.catch(() => undefined);
+      throw new TunnelFailure('RATE_LIMITED', TUNNEL_MESSAGES.tooBusy, 1);
+    }
+    session.pending++;
+    try {
+      return await value;
+    } finally {
+      session.pending--;
+    }
+  };
+
+  /** The device's state read again from the event store, counted against the socket's bound. */
+  const freshFor = (session: Session, uuid: string): Promise<FoldedStream<DeviceState>> => {
+    if (session.pending >= options.maxPendingPerSocket) return Promise.reject(new TunnelFailure('RATE_LIMITED', TUNNEL_MESSAGES.tooBusy, 1));
+    return waitFor(session, access.fresh(uuid));
+  };
+
+  const consume = async (session: Session, kind: TunnelLimitKind): Promise<void> => {
+    const decision = await waitFor(session, limiter.consume(kind, session.principal));
+    if (!decision.allowed) throw new TunnelFailure('RATE_LIMITED', TUNNEL_MESSAGES.rateLimited, Math.max(1, Math.ceil(decision.retryAfter)));
+  };
+
+  const deviceConnected = async (session: Session, uuid: string): Promise<boolean> =>
+    liveDevices.has(uuid) || (await waitFor(session, cluster.remoteDevice(uuid))).connected;
+
+  const sendStatus = (uuid: string, status: DeviceStatus, localOnly: boolean): void => {
+    (localOnly ? nsp.local : nsp).to(subscribersRoom(uuid)).emit('device:status', status);
+  };
+
+  // -------------------------------------------------------------------------------------
+  // Apps
+
+  const notFound = (): TunnelFailure => new TunnelFailure('NOT_FOUND', TUNNEL_MESSAGES.deviceNotFound);
+
+  /** Why the user may not control the device, or null when they may. */
+  const controlRefusal = (state: DeviceState, userId: string): TunnelFailure | null => {
+    const role = activeRole(state, userId);
+    if (role === null) return notFound();
+    return can(role, 'Control') ? null : new TunnelFailure('FORBIDDEN', TUNNEL_MESSAGES.forbidden);
+  };
+
+  const removeSubscription = (session: AppSession, uuid: string): void => {
+    if (!session.subscriptions.delete(uuid)) return;
+    const set = subscribers.get(uuid);
+    set?.delete(session);
+    if (set?.size === 0) subscribers.delete(uuid);
+    if (session.socket.connected) {
+      void session.socket.leave(subscribersRoom(uuid));
+      void session.socket.leave(userSubscribersRoom(uuid, session.userId));
+    }
+  };
+
+  const subscribe = async (session: AppSession, input: unknown): Promise<SubscribeAck> => {
+    const { deviceUuid: uuid } = parse(subscribeRequest, input);
+    await consume(session, 'subscribe');
+    const folded = await freshFor(session, uuid);
+    if (activeRole(folded.state, session.userId) === null) throw notFound();
+    if (!session.socket.connected) return { success: false, error: notFound().toPayload() };
+    const known = session.subscriptions.get(uuid);
+    if (known === undefined) {
+      await session.socket.join([subscribersRoom(uuid), userSubscribersRoom(uuid, session.userId)]);
+      await cluster.roomsReady();
+      session.subscriptions.set(uuid, folded.revision);
+      let set = subscribers.get(uuid);
+      if (set === undefined) subscribers.set(uuid, (set = new Set()));
+      set.add(session);
+      // An unlink the live subscription applied while this was joining.
+      const latest = access.peek(uuid);
+      if (latest !== undefined && activeRole(latest.state, session.userId) === null) {
+        removeSubscription(session, uuid);
+        throw notFound();
+      }
+    } else if (folded.revision > known) {
+      session.subscriptions.set(uuid, folded.revision);
+    }
+    const isOnline = (folded.state.status === 'active' && folded.state.isOnline) || (await deviceConnected(session, uuid));
+    return { success: true, deviceUuid: uuid, isOnline };
+  };
+
+  const unsubscribe = async (session: AppSession, input: unknown): Promise<UnsubscribeAck> => {
+    const { deviceUuid: uuid } = parse(subscribeRequest, input);
+    removeSubscription(session, uuid);
+    return { success: true, deviceUuid: uuid };
+  };
+
+  const relayToDevice = async (session: Session, uuid: string, message: MessageToDevice): Promise<boolean> => {
+    const local = liveDevices.get(uuid);
+    if (local !== undefined) {
+      local.socket.emit('tunnel:message', message);
+      return true;
+    }
+    if (!(await waitFor(session, cluster.remoteDevice(uuid))).connected) return false;
+    nsp.to(deviceRoom(uuid)).emit('tunnel:message', message);
+    return true;
+  };
+
+  const appSends = async (session: AppSession, input: unknown): Promise<MessageAck> => {
+    const message = parse(appMessage, input);
+    await consume(session, 'message');
+    const uuid = message.deviceUuid;
+    const cached = access.peek(uuid);
+    let refusal = cached === undefined ? notFound() : controlRefusal(cached.state, session.userId);
+    // A refusal from the cache may predate a link just made through another process.
+    if (refusal !== null && (cached === undefined || !access.verifiedRecently(uuid, options.denialRecheckMs))) {
+      refusal = controlRefusal((await freshFor(session, uuid)).state, session.userId);
+    }
+    if (refusal !== null) throw refusal;
+    const delivered = await relayToDevice(session, uuid, {
+      id: message.id ?? randomUUID(),
+      deviceUuid: uuid,
+      from: { userId: session.userId },
+      type: message.type,
+      payload: message.payload,
+      sentAt: now(),
+    });
+    return { success: true, delivered };
+  };
+
+  // -------------------------------------------------------------------------------------
+  // Devices
+
+  const deviceSends = async (session: DeviceSession, input: unknown): Promise<MessageAck> => {
+    const message = parse(deviceMessage, input);
+    await consume(session, 'message');
+    const out: MessageFromDevice = {
+      id: message.id ?? randomUUID(),
+      deviceUuid: session.uuid,
+      from: 'device',
+      ...(message.replyTo !== undefined ? { replyTo: message.replyTo } : {}),
+      type: message.type,
+      payload: message.payload,
+      sentAt: now(),
+    };
+    const room = message.to !== undefined ? userSubscribersRoom(session.uuid, message.to) : subscribersRoom(session.uuid);
+    nsp.to(room).emit('tunnel:message', out);
+    return { success: true, delivered: true };
+  };
+
+  /** Ends a device socket that lost its place: replaced by a newer one, or revoked. */
+  const endDevice = (session: DeviceSession, error: TunnelError): void => {
+    if (session.ended) return;
+    session.ended = true;
+    if (liveDevices.get(session.uuid) === session) {
+      liveDevices.delete(session.uuid);
+      if (session.claim !== null && error.code !== 'SESSION_REPLACED') {
+        track(cluster.releaseDevice(session.uuid, session.claim), 'device release');
+        cluster.announce({ kind: 'device-gone', uuid: session.uuid, claim: session.claim });
+      }
+    }
+    session.socket.emit('tunnel:error', error);
+    session.socket.disconnect(true);
+  };
+
+  const replaced = (): TunnelError => ({ code: 'SESSION_REPLACED', message: TUNNEL_MESSAGES.sessionReplaced });
+  const deviceRevoked = (): TunnelError => ({ code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.deviceRevoked });
+
+  const connectDevice = async (session: DeviceSession): Promise<void> => {
+    const { uuid, socket } = session;
+    await socket.join(deviceRoom(uuid));
+    await cluster.roomsReady();
+    const claim = await cluster.claimDevice(uuid, socket.id);
+    session.claim = claim;
+    if (!socket.connected || session.ended) {
+      await cluster.releaseDevice(uuid, claim);
+      return;
+    }
+    // A newer connection elsewhere may have claimed the device while this one was claiming.
+    if ((await cluster.remoteDevice(uuid)).claim > claim) {
+      endDevice(session, replaced());
+      return;
+    }
+    if (session.ended || !socket.connected) return;
+    const previous = liveDevices.get(uuid);
+    if (previous !== undefined && previous !== session) {
+      if ((previous.claim ?? 0) > claim) {
+        endDevice(session, replaced());
+        return;
+      }
+      endDevice(previous, replaced());
+    }
+    liveDevices.set(uuid, session);
+    cluster.announce({ kind: 'device-connected', uuid, claim });
+    sendStatus(uuid, { deviceUuid: uuid, isOnline: true, lastSeenAt: now() }, false);
+  };
+
+  const onNotice = (notice: ClusterNotice): void => {
+    if (notice.kind !== 'device-connected') return;
+    const local = liveDevices.get(notice.uuid);
+    if (local !== undefined && local.claim !== null && local.claim < notice.claim) endDevice(local, replaced());
+  };
+
+  // -------------------------------------------------------------------------------------
+  // Connections
+
+  const expire = (session: Session): void => {
+    session.socket.emit('tunnel:error', { code: 'TOKEN_EXPIRED', message: TUNNEL_MESSAGES.tokenExpired });
+    session.socket.disconnect(true);
+  };
+
+  const onDisconnect = (session: Session): void => {
+    clearTimeout(session.expiry);
+    sessions.delete(session.socket.id);
+    if (session.kind === 'app') {
+      for (const uuid of [...session.subscriptions.keys()]) removeSubscription(session, uuid);
+      return;
+    }
+    const set = deviceSessions.get(session.uuid);
+    set?.delete(session);
+    if (set?.size === 0) deviceSessions.delete(session.uuid);
+    if (liveDevices.get(session.uuid) !== session) return;
+    liveDevices.delete(session.uuid);
+    if (session.claim !== null) {
+      track(cluster.releaseDevice(session.uuid, session.claim), 'device release');
+      cluster.announce({ kind: 'device-gone', uuid: session.uuid, claim: session.claim });
+    }
+    if (!session.ended) sendStatus(session.uuid, { deviceUuid: session.uuid, isOnline: false, lastSeenAt: now() }, false);
+  };
+
+  nsp.on('connection', (socket) => {
+    const auth = socket.data.auth;
+    const base = { socket, pending: 0, congested: 0, expiry: undefined };
+    const session: Session =
+      auth.kind === 'app'
+        ? { ...base, kind: 'app', principal: { type: 'user', id: auth.userId }, userId: auth.userId, subscriptions: new Map() }
+        : {
+            ...base,
+            kind: 'device',
+            principal: { type: 'device', id: auth.uuid },
+            uuid: auth.uuid,
+            gen: auth.gen,
+            authorizedAt: BigInt(auth.authorizedAt),
+            claim: null,
+            ended: false,
+          };
+    sessions.set(socket.id, session);
+    socket.on('disconnect', () => onDisconnect(session));
+
+    if (auth.exp > 0) {
+      const ms = auth.exp * 1000 - clock.now().getTime();
+      session.expiry = setTimeout(() => expire(session), Math.min(Math.max(ms, 0), MAX_TIMER_MS));
+      session.expiry.unref();
+    }
+
+    if (session.kind === 'app') {
+      socket.on('tunnel:subscribe', (...args: unknown[]) => run(session, args, failedSubscribe, (input) => subscribe(session, input)));
+      socket.on('tunnel:unsubscribe', (...args: unknown[]) => run(session, args, failedSubscribe, (input) => unsubscribe(session, input)));
+      socket.on('tunnel:message', (...args: unknown[]) => run(session, args, failedMessage, (input) => appSends(session, input)));
+      return;
+    }
+
+    const refuseSubscribe = async (): Promise<never> => {
+      throw new TunnelFailure('FORBIDDEN', TUNNEL_MESSAGES.devicesCannotSubscribe);
+    };
+    socket.on('tunnel:subscribe', (...args: unknown[]) => run(session, args, failedSubscribe, refuseSubscribe));
+    socket.on('tunnel:unsubscribe', (...args: unknown[]) => run(session, args, failedSubscribe, refuseSubscribe));
+    socket.on('tunnel:message', (...args: unknown[]) => run(session, args, failedMessage, (input) => deviceSends(session, input)));
+
+    let set = deviceSessions.get(session.uuid);
+    if (set === undefined) deviceSessions.set(session.uuid, (set = new Set()));
+    set.add(session);
+    // A deletion or a new token generation the live subscription applied during the handshake.
+    const latest = access.peek(session.uuid);
+    if (latest !== undefined && (latest.state.status !== 'active' || latest.state.gen !== session.gen)) {
+      endDevice(session, deviceRevoked());
+      return;
+    }
+    track(
+      connectDevice(session).catch((error: unknown) => {
+        // Without a claim the device cannot be reached: let it reconnect and try again.
+        logger.warn({ err: error instanceof Error ? error.message : String(error), device: session.uuid }, 'tunnel: device claim failed');
+        session.ended = true;
+        socket.conn.close();
+      }),
+      'device connect',
+    );
+  });
+
+  // -------------------------------------------------------------------------------------
+  // Reactions to device events (every process follows them and acts on its own sockets)
+
+  const revokeSubscriptions = (uuid: string, revision: bigint, userId: string | null): void => {
+    const set = subscribers.get(uuid);
+    if (set === undefined) return;
+    for (const session of [...set]) {
+      if (userId !== null && session.userId !== userId) continue;
+      const checkedAt = session.subscriptions.get(uuid);
+      if (checkedAt === undefined || checkedAt >= revision) continue;
+      removeSubscription(session, uuid);
+      session.socket.emit('tunnel:error', { code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.accessRevoked(uuid) });
+    }
+  };
+
+  const revokeDevices = (uuid: string, revoked: (session: DeviceSession) => boolean): void => {
+    for (const session of [...(deviceSessions.get(uuid) ?? [])]) {
+      if (revoked(session)) endDevice(session, deviceRevoked());
+    }
+  };
+
+  const react = (recorded: RecordedEvent): void => {
+    const event = asHomeHubEvent(recorded);
+    if (event === null) return;
+    const uuid = recorded.streamName.slice(STREAM_PREFIXES.device.length);
+    switch (event.type) {
+      case 'DeviceWentOnline':
+        sendStatus(uuid, { deviceUuid: uuid, isOnline: true, lastSeenAt: event.data.lastSeenAt }, true);
+        return;
+      case 'DeviceWentOffline':
+        sendStatus(uuid, { deviceUuid: uuid, isOnline: false, lastSeenAt: event.data.lastSeenAt }, true);
+        return;
+      case 'UserUnlinked':
+        revokeSubscriptions(uuid, recorded.revision, event.data.userId);
+        return;
+      case 'DeviceDeleted':
+        revokeSubscriptions(uuid, recorded.revision, null);
+        revokeDevices(uuid, (session) => session.authorizedAt < recorded.revision);
+        return;
+      case 'DeviceTokenIssued':
+        revokeDevices(uuid, (session) => session.gen < event.data.gen);
+        return;
+      default:
+        return;
+    }
+  };
+
+  let subscription: Subscription | null = null;
+  let wake: () => void = () => undefined;
+  const follow = async (start: GlobalPosition | null): Promise<void> => {
+    let from = start;
+    while (!closing) {
+      const current = eventStore.subscribe({ ...(from !== null ? { fromPosition: from } : {}), streamPrefixes: [STREAM_PREFIXES.device] });
+      subscription = current;
+      try {
+        for await (const item of current) {
+          if (item.kind !== 'event') continue;
+          from = item.event.position;
+          access.apply(item.event);
+          try {
+            react(item.event);
+          } catch (error) {
+            logger.error({ err: error instanceof Error ? error.message : String(error), type: item.event.type }, 'tunnel: reaction failed');
+          }
+        }
+      } catch (error) {
+        if (!closing) logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'tunnel: device event subscription failed; resubscribing');
+      }
+      await current.close().catch(() => undefined);
+      if (closing) return;
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        setTimeout(resolve, 1000).unref();
+      });
+    }
+  };
+  const following = follow(await eventStore.headPosition());
+
+  // -------------------------------------------------------------------------------------
+  // Housekeeping
+
+  const queuedPackets = (socket: TunnelSocket): number => {
+    // engine.io keeps what the transport could not take yet in `writeBuffer` (not in its types).
+    const buffer: unknown = (socket.conn as unknown as { writeBuffer?: unknown }).writeBuffer;
+    return Array.isArray(buffer) ? buffer.length : 0;
+  };
+  const sweep = setInterval(() => {
+    for (const session of sessions.values()) {
+      session.congested = queuedPackets(session.socket) > options.slowConsumerMaxQueued ? session.congested + 1 : 0;
+      if (session.congested >= 2) {
+        logger.warn({ socket: session.socket.id, principal: session.principal }, 'tunnel: slow consumer cut off');
+        session.socket.conn.close(true);
+      }
+    }
+  }, options.sweepEveryMs);
+  sweep.unref();
+  const refresh = setInterval(() => {
+    const held = [...liveDevices.values()].flatMap((s) => (s.claim !== null ? [{ uuid: s.uuid, claim: s.claim }] : []));
+    track(cluster.refreshDevices(held), 'device refresh');
+  }, 30_000);
+  refresh.unref();
+
+  return {
+    stats: () => {
+      let appSockets = 0;
+      let subscriptions = 0;
+      for (const session of sessions.values()) {
+        if (session.kind !== 'app') continue;
+        appSockets++;
+        subscriptions += session.subscriptions.size;
+      }
+      return { appSockets, deviceSockets: sessions.size - appSockets, subscriptions };
+    },
+    close: async () => {
+      if (closing) return;
+      closing = true;
+      clearInterval(sweep);
+      clearInterval(refresh);
+      await subscription?.close().catch(() => undefined);
+      wake();
+      await following;
+      // Closing the transports, not a Socket.IO disconnect: clients then reconnect (to another process).
+      io.engine.close();
+      const settle = Promise.allSettled([...background]);
+      await Promise.race([settle, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);
+      await Promise.allSettled([io.of('/'), nsp].map(async (namespace) => namespace.adapter.close()));
+      await cluster.close();
+    },
+  };
+}

@@ -1,0 +1,150 @@
+import type { DeviceStatus, MessageAck, MessageFromDevice, MessageToDevice, SubscribeAck, TunnelError } from '../../src/tunnel/events';
+import { createUser, startTestService, type TestService } from '../support/harness';
+import { connect, deleteHub, deviceToken, heartbeat, linkUser, registerHub, request, unlinkUser, type Probe } from '../support/tunnel';
+
+/**
+ * The tunnel across two API processes sharing the stack (EventStoreDB stand-in, MongoDB
+ * stand-in, Redis): each `TestService` is a whole service with its own HTTP server,
+ * Socket.IO server, Redis connections and event subscription; they share nothing in
+ * memory. Apps on one, devices on the other.
+ */
+
+type User = Awaited<ReturnType<typeof createUser>>;
+
+let a: TestService;
+let b: TestService;
+const open: Probe[] = [];
+
+beforeAll(async () => {
+  a = await startTestService('distributed');
+  b = await a.startAnother();
+}, 120_000);
+afterEach(() => {
+  for (const p of open.splice(0)) p.close();
+});
+afterAll(async () => {
+  await b?.stop();
+  await a?.stop();
+});
+
+async function on(target: TestService, token: string): Promise<Probe> {
+  const p = await connect(target, token);
+  open.push(p);
+  return p;
+}
+
+async function household(): Promise<{ owner: User; viewer: User; hub: { id: string; uuid: string }; token: string }> {
+  const [owner, viewer] = await Promise.all([createUser(a), createUser(a)]);
+  const hub = await registerHub(a, owner);
+  await linkUser(a, hub, owner, viewer, 'viewer');
+  return { owner, viewer, hub, token: await deviceToken(a, hub, owner) };
+}
+
+test('an app on one process and its device on the other talk both ways', async () => {
+  const { owner, viewer, hub, token } = await household();
+  const app = await on(a, owner.accessToken);
+  const byViewer = await on(a, viewer.accessToken);
+  for (const p of [app, byViewer]) await request(p, 'tunnel:subscribe', { deviceUuid: hub.uuid });
+
+  // Not connected anywhere yet.
+  expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 0 })).toEqual({ success: true, delivered: false });
+
+  const device = await on(b, token);
+  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+  expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, id: 'm-1', type: 'light.set', payload: { on: true } })).toEqual({
+    success: true,
+    delivered: true,
+  });
+  expect(await device.next<MessageToDevice>('tunnel:message')).toEqual({
+    id: 'm-1',
+    deviceUuid: hub.uuid,
+    from: { userId: owner.id },
+    type: 'light.set',
+    payload: { on: true },
+    sentAt: expect.any(String),
+  });
+
+  expect(await request<MessageAck>(device, 'tunnel:message', { replyTo: 'm-1', type: 'ok', payload: { on: true } })).toEqual({ success: true, delivered: true });
+  for (const p of [app, byViewer]) {
+    expect(await p.next<MessageFromDevice>('tunnel:message')).toMatchObject({ deviceUuid: hub.uuid, from: 'device', replyTo: 'm-1', type: 'ok', payload: { on: true } });
+  }
+  device.socket.emit('tunnel:message', { to: viewer.id, type: 'private', payload: 1 });
+  device.socket.emit('tunnel:message', { type: 'public', payload: 2 });
+  expect((await byViewer.next<MessageFromDevice>('tunnel:message')).type).toBe('private');
+  expect((await app.next<MessageFromDevice>('tunnel:message')).type).toBe('public');
+
+  // The subscribe ack sees the device on the other process.
+  const late = await on(a, viewer.accessToken);
+  expect(await request<SubscribeAck>(late, 'tunnel:subscribe', { deviceUuid: hub.uuid })).toEqual({ success: true, deviceUuid: hub.uuid, isOnline: true });
+}, 30_000);
+
+test('device:status reaches subscribers on the other process: socket connect and drop, heartbeat transitions', async () => {
+  const { viewer, hub, token } = await household();
+  const app = await on(a, viewer.accessToken);
+  await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
+
+  const device = await on(b, token);
+  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: expect.any(String) });
+  device.close();
+  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: expect.any(String) });
+
+  // A heartbeat through process B: DeviceWentOnline, seen by process A's own subscription.
+  const beat = await heartbeat(b, hub, token);
+  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt });
+  expect(app.all('device:status')).toHaveLength(3);
+}, 30_000);
+
+test('one live socket per device across processes: the newest wins', async () => {
+  const { owner, hub, token } = await household();
+  const app = await on(a, owner.accessToken);
+  await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
+  const first = await on(a, token);
+  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+  const second = await on(b, token);
+  expect(await first.next<TunnelError>('tunnel:error')).toEqual({ code: 'SESSION_REPLACED', message: expect.any(String) });
+  expect(await first.next('disconnect')).toBe('io server disconnect');
+  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+
+  expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 'to the newest' })).toEqual({ success: true, delivered: true });
+  expect((await second.next<MessageToDevice>('tunnel:message')).payload).toBe('to the newest');
+  expect(first.all('tunnel:message')).toEqual([]);
+
+  // And back: a third connection on A replaces the one on B.
+  const third = await on(a, token);
+  expect((await second.next<TunnelError>('tunnel:error')).code).toBe('SESSION_REPLACED');
+  await request(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 'to the third' });
+  expect((await third.next<MessageToDevice>('tunnel:message')).payload).toBe('to the third');
+  // The replaced sockets' drops were never news.
+  expect(app.all<DeviceStatus>('device:status').map((s) => s.isOnline)).toEqual([true, true, true]);
+}, 30_000);
+
+test('an unlink and a deletion made through one process act on sockets held by the other', async () => {
+  const { owner, viewer, hub, token } = await household();
+  const byViewer = await on(a, viewer.accessToken);
+  const byOwner = await on(a, owner.accessToken);
+  for (const p of [byViewer, byOwner]) await request(p, 'tunnel:subscribe', { deviceUuid: hub.uuid });
+  const device = await on(a, token);
+
+  await unlinkUser(b, hub, owner, viewer.id);
+  expect(await byViewer.next<TunnelError>('tunnel:error')).toEqual({ code: 'ACCESS_REVOKED', message: expect.any(String) });
+  await request(device, 'tunnel:message', { type: 'after-unlink', payload: null });
+  expect((await byOwner.next<MessageFromDevice>('tunnel:message')).type).toBe('after-unlink');
+  expect(byViewer.all('tunnel:message')).toEqual([]);
+
+  await deleteHub(b, hub, owner);
+  expect((await byOwner.next<TunnelError>('tunnel:error')).code).toBe('ACCESS_REVOKED');
+  expect((await device.next<TunnelError>('tunnel:error')).code).toBe('ACCESS_REVOKED');
+  expect(await device.next('disconnect')).toBe('io server disconnect');
+}, 30_000);
+
+test('a message to a device that left the other process is not delivered', async () => {
+  const { owner, hub, token } = await household();
+  const app = await on(a, owner.accessToken);
+  await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
+  const device = await on(b, token);
+  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+  expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 1 })).toEqual({ success: true, delivered: true });
+  device.close();
+  await app.next<DeviceStatus>('device:status', (s) => !s.isOnline);
+  expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 2 })).toEqual({ success: true, delivered: false });
+}, 30_000);

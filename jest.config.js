@@ -5,4 +5,6 @@ module.exports = {
   testMatch: ['**/*.test.ts'],
   transform: { '^.+\\.ts$': ['@swc/jest', { jsc: { parser: { syntax: 'typescript' }, target: 'es2022' } }] },
   testTimeout: 30000,
+  // A leaked handle in one test must never hold CI until its deadline.
+  forceExit: true,
 };

@@ -11,7 +11,12 @@ import { connect, type Socket } from 'node:net';
 
 export interface LoadRequest {
   readonly path: string;
-  readonly token: string;
+  /** Sent as `Authorization: Bearer …` when given. */
+  readonly token?: string;
+  /** POST by default. */
+  readonly method?: 'GET' | 'POST';
+  /** This request's own POST body, instead of the job's. */
+  readonly body?: string;
 }
 
 export interface LoadJob {
@@ -35,15 +40,18 @@ export interface LoadResult {
 
 const HEADER_END = Buffer.from('\r\n\r\n');
 
-function requestBytes(path: string, token: string, body: string): Buffer {
+export function requestBytes(request: LoadRequest, defaultBody: string): Buffer {
+  const auth = request.token === undefined ? '' : `Authorization: Bearer ${request.token}\r\n`;
+  if (request.method === 'GET') return Buffer.from(`GET ${request.path} HTTP/1.1\r\nHost: 127.0.0.1\r\n${auth}Connection: keep-alive\r\n\r\n`);
+  const body = request.body ?? defaultBody;
   return Buffer.from(
-    `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\n` +
+    `POST ${request.path} HTTP/1.1\r\nHost: 127.0.0.1\r\n${auth}Content-Type: application/json\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: keep-alive\r\n\r\n${body}`,
   );
 }
 
 /** Status and total length of the first complete response in `buf`, or null when it is not all there yet. */
-function parseResponse(buf: Buffer): { status: number; length: number } | null {
+export function parseResponse(buf: Buffer): { status: number; length: number } | null {
   const headerEnd = buf.indexOf(HEADER_END);
   if (headerEnd < 0) return null;
   const head = buf.toString('latin1', 0, headerEnd);
@@ -54,13 +62,13 @@ function parseResponse(buf: Buffer): { status: number; length: number } | null {
   return buf.length >= length ? { status, length } : null;
 }
 
-function percentile(sorted: Float64Array, p: number): number {
+export function percentile(sorted: Float64Array, p: number): number {
   if (sorted.length === 0) return 0;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 }
 
 export async function runLoad(job: LoadJob): Promise<LoadResult> {
-  const prepared = job.requests.map((r) => requestBytes(r.path, r.token, job.body));
+  const prepared = job.requests.map((r) => requestBytes(r, job.body));
   const total = job.mode === 'pass' ? prepared.length : job.maxRequests;
   const latencies = new Float64Array(total);
   const statuses: Record<string, number> = {};

@@ -18,10 +18,9 @@ import { comparePositions } from './infra/eventstore/port';
 import { openEmbeddedEventStore } from './infra/eventstore/embedded';
 import { createEsdbEventStore } from './infra/eventstore/esdb';
 import type { ReadStore } from './infra/readstore/port';
-import { createMemoryReadStore } from './infra/readstore/memory';
-import { createMongoReadStore } from './infra/readstore/mongo';
 import { allProjections } from './projections';
-import { startProjector, type Projector } from './projections/projector';
+import type { Projector } from './projections/projector';
+import { openMemoryReadModels, openMongoReadModels, type ReadModels, type RebuildReport } from './projections/read-models';
 import { createLocalWatermark, createRedisWatermark, type Watermark } from './projections/watermark';
 import { createRedisLease } from './projections/lease';
 import { resolveEmbeddedSecrets } from './secrets';
@@ -42,12 +41,18 @@ export interface RunningService {
   readonly port: number | null;
   /** The event store this process writes to (tests and tools read streams back through it). */
   readonly eventStore: EventStore;
+  /** The read models this process serves (the current generation, whichever that is). */
+  readonly readStore: ReadStore;
+  /** Rebuilds every read model into a fresh generation and switches once it has caught up (decisions §9). */
+  readonly rebuildReadModels: () => Promise<RebuildReport>;
   readonly stop: () => Promise<void>;
 }
 
 interface Infrastructure {
   readonly eventStore: EventStore;
   readonly readStore: ReadStore;
+  /** Generations of the read models: `readStore` follows the current one. */
+  readonly readModels: ReadModels;
   readonly watermark: Watermark;
   readonly secrets: Secrets;
   readonly redis: Redis | null;
@@ -65,12 +70,14 @@ async function connectInfrastructure(config: Config, logger: Logger): Promise<In
       logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
     }
     const eventStore = await openEmbeddedEventStore(config.dataDir);
-    const readStore = createMemoryReadStore();
+    const readModels = await openMemoryReadModels(eventStore);
+    const readStore = readModels.readStore;
     const watermark = createLocalWatermark();
     const credentials = await openFileCredentialStore(config.dataDir);
     return {
       eventStore,
       readStore,
+      readModels,
       watermark,
       secrets,
       redis: null,
@@ -90,13 +97,17 @@ async function connectInfrastructure(config: Config, logger: Logger): Promise<In
   redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
   const eventStore = createEsdbEventStore(config.eventStoreUrl);
-  const readStore = await createMongoReadStore(config.mongodbUri);
+  const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
+    isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
+  });
+  const readStore = readModels.readStore;
   const watermark = await createRedisWatermark(redis, subscriber, readStore);
   // The `credentials` collection of the read models' database, on a client of its own.
   const credentials = await openMongoCredentialStore(config.mongodbUri);
   return {
     eventStore,
     readStore,
+    readModels,
     watermark,
     secrets: config.secrets,
     redis,
@@ -125,7 +136,7 @@ function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger)
   };
 
   if (config.mode === 'embedded' || infra.redis === null) {
-    const started = startProjector(infra.eventStore, infra.readStore, projections, options);
+    const started = infra.readModels.startProjector(projections, options);
     return {
       ready: started.then((p) => p.caughtUp),
       current: () => null,
@@ -144,7 +155,7 @@ function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger)
         return;
       }
       logger.info({ owner: lease.owner }, 'projector lease acquired');
-      const projector = await startProjector(infra.eventStore, infra.readStore, projections, options);
+      const projector = await infra.readModels.startProjector(projections, options);
       active = projector;
       await Promise.race([lease.lost(), projector.done.catch(() => undefined)]);
       active = null;
@@ -303,6 +314,8 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       auth: { internalApiKeys: infra.secrets.internalApiKeys, users, auth, tokens },
       users: { tokens, readStore: infra.readStore, adminEmails: config.adminEmails },
       devices: { tokens, readStore: infra.readStore, devices },
+      audit: { tokens, readStore: infra.readStore, eventStore: infra.eventStore, clock },
+      admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
     });
     server = createServer(app);
     tunnel = await createTunnel(server, {
@@ -326,6 +339,8 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   return {
     port,
     eventStore: infra.eventStore,
+    readStore: infra.readStore,
+    rebuildReadModels: () => infra.readModels.rebuild(allProjections()),
     stop: async () => {
       // Tunnel sockets first: they would hold the HTTP server open, and their clients reconnect elsewhere.
       await tunnel?.close();

@@ -5,6 +5,8 @@ import { cors, requestId, requireJsonBody } from './middleware';
 import { healthRoutes, type HealthDeps } from './routes/health';
 import { authRoutes, type AuthDeps } from './routes/auth';
 import { deviceRoutes, type DeviceDeps } from './routes/devices';
+import { auditRoutes, type AuditDeps } from './routes/audit';
+import { adminRoutes, type AdminDeps } from './routes/admin';
 import { openApiRoutes } from './routes/openapi';
 import { userRoutes, type UserRouteDeps } from './routes/users';
 
@@ -18,6 +20,9 @@ export interface AppDeps {
   readonly auth: AuthDeps;
   readonly users: UserRouteDeps;
   readonly devices: DeviceDeps;
+  /** Device history and state at an instant (decisions §9). */
+  readonly audit: AuditDeps;
+  readonly admin: AdminDeps;
   /** Counts every request against its tier before anything else can answer it. */
   readonly rateLimit: RequestHandler;
 }
@@ -41,6 +46,8 @@ export function createApp(deps: AppDeps): Express {
   v1.use('/auth', authRoutes(deps.auth));
   v1.use('/users', userRoutes(deps.users));
   v1.use('/devices', deviceRoutes(deps.devices));
+  v1.use('/devices', auditRoutes(deps.audit));
+  v1.use('/admin', adminRoutes(deps.admin));
   app.use('/api/v1', v1);
 
   app.use(notFoundHandler);

@@ -64,8 +64,13 @@ export function createSemaphore(slots: number): {
   };
 }
 
+/** How many hashes run at once unless told otherwise: one per core. */
+export function defaultHashConcurrency(): number {
+  return Math.max(1, availableParallelism());
+}
+
 export function createPasswordHasher(options: { readonly concurrency?: number } = {}): PasswordHasher {
-  const semaphore = createSemaphore(options.concurrency ?? Math.max(1, availableParallelism()));
+  const semaphore = createSemaphore(options.concurrency ?? defaultHashConcurrency());
   const hash = (password: string): Promise<string> => semaphore.run(() => argon2Hash(password, ARGON2_OPTIONS));
   const verify = (digest: string, password: string): Promise<boolean> =>
     semaphore.run(async () => {

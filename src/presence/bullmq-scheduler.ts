@@ -73,17 +73,16 @@ export function createBullmqExpiryScheduler(options: BullmqSchedulerOptions): Ex
 
   return {
     async schedule(key, at) {
-      // An add with the id of an existing job changes nothing. That is what we want for a
-      // delayed or waiting job (it runs later and re-checks), but a running one may be about
-      // to end: then wait for the run to finish and add again.
+      // An add with the id of an existing job changes nothing. That is right for a delayed or
+      // waiting job (it runs later and re-checks), and for a run that starts after this
+      // check (it reads what the caller wrote before calling). A run already going may have
+      // decided on older state and be about to end the job: let it finish first.
       for (;;) {
         if (closed) throw new Error('The expiry scheduler is closed');
-        await add(key, at);
-        const state = await queue.getJobState(key);
-        if (state === 'delayed' || state === 'waiting' || state === 'prioritized' || state === 'waiting-children') return;
-        if (state === 'active') await new Promise((resolve) => setTimeout(resolve, ACTIVE_POLL_MS));
-        // 'unknown' (gone already) or still active: add again.
+        if ((await queue.getJobState(key)) !== 'active') break;
+        await new Promise((resolve) => setTimeout(resolve, ACTIVE_POLL_MS));
       }
+      await add(key, at);
     },
 
     async start(handler: ExpiryHandler) {

@@ -48,9 +48,13 @@ interface HeapEntry {
   readonly at: number;
   readonly key: string;
   readonly seq: number;
+  /** Insertion order: jobs due at the same time fire first come, first served. */
+  readonly order: number;
 }
 
-/** A binary min-heap by `at`. */
+const before = (a: HeapEntry, b: HeapEntry): boolean => a.at < b.at || (a.at === b.at && a.order < b.order);
+
+/** A binary min-heap by due time, then insertion order. */
 class DueHeap {
   private readonly items: HeapEntry[] = [];
 
@@ -69,7 +73,7 @@ class DueHeap {
     while (i > 0) {
       const parent = (i - 1) >> 1;
       const p = items[parent] as HeapEntry;
-      if (p.at <= entry.at) break;
+      if (!before(entry, p)) break;
       items[i] = p;
       i = parent;
     }
@@ -86,9 +90,9 @@ class DueHeap {
       const left = 2 * i + 1;
       if (left >= items.length) break;
       const right = left + 1;
-      const child = right < items.length && (items[right] as HeapEntry).at < (items[left] as HeapEntry).at ? right : left;
+      const child = right < items.length && before(items[right] as HeapEntry, items[left] as HeapEntry) ? right : left;
       const c = items[child] as HeapEntry;
-      if (c.at >= last.at) break;
+      if (!before(c, last)) break;
       items[i] = c;
       i = child;
     }
@@ -108,6 +112,7 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
   let closed = false;
   let cancelTimer: (() => void) | null = null;
   let armedAt: number | null = null;
+  let order = 0;
 
   const isCurrent = (entry: HeapEntry): boolean => {
     const job = jobs.get(entry.key);
@@ -137,7 +142,7 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
     job.state = 'pending';
     job.at = at;
     job.seq++;
-    heap.push({ at, key, seq: job.seq });
+    heap.push({ at, key, seq: job.seq, order: order++ });
   };
 
   function wake(): void {

@@ -109,7 +109,13 @@ export function evolveDeviceDoc(doc: DeviceDoc | null, recorded: RecordedEvent):
     case 'DeviceWentOnline':
       return { ...doc, isOnline: true, lastSeenAt: later(doc.lastSeenAt, event.data.lastSeenAt) };
     case 'DeviceWentOffline':
-      return { ...doc, isOnline: false };
+      // The offline event names the last heartbeat it knew: a rebuild after old heartbeats
+      // aged out of the log ($maxAge, scavenged) still ends where the live model did.
+      return {
+        ...doc,
+        isOnline: false,
+        lastSeenAt: event.data.lastSeenAt === null ? doc.lastSeenAt : later(doc.lastSeenAt, event.data.lastSeenAt),
+      };
     case 'HeartbeatReceived': {
       // A heartbeat of an earlier life of this uuid (appended after its deletion) is not this device's.
       const at = event.data.receivedAt;

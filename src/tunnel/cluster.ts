@@ -35,6 +35,8 @@ export interface TunnelCluster {
   claimDevice(uuid: string, socketId: string): Promise<DeviceClaim>;
   /** Forgets the record, unless a newer claim replaced it. */
   releaseDevice(uuid: string, claim: DeviceClaim): Promise<void>;
+  /** Called after the connection to the other processes was lost and is back (records may be gone). */
+  onReconnect(listener: () => void): void;
   /** Keeps the records of the devices this process holds alive (they expire if it dies). */
   refreshDevices(devices: ReadonlyArray<{ readonly uuid: string; readonly claim: DeviceClaim }>): Promise<void>;
   /** Whether the device's socket is held by another process: synchronous when known. */
@@ -58,6 +60,7 @@ export function createLocalCluster(): TunnelCluster {
     adapter: undefined,
     attach: () => undefined,
     roomsReady: () => Promise.resolve(),
+    onReconnect: () => undefined,
     claimDevice: () => Promise.resolve(++counter),
     releaseDevice: () => Promise.resolve(),
     refreshDevices: () => Promise.resolve(),
@@ -174,6 +177,9 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
     if (remote.size > 50_000) remote.delete(remote.keys().next().value as string);
   };
   let nsp: Namespace | null = null;
+  let reconnected: () => void = () => undefined;
+  // 'ready' again after the first time: Redis was away, and may have come back empty.
+  pub.on('ready', () => reconnected());
 
   return {
     adapter,
@@ -184,6 +190,10 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
         remember(notice.uuid, { connected: notice.kind === 'device-connected', claim: notice.claim });
         onNotice(notice);
       });
+    },
+
+    onReconnect(listener) {
+      reconnected = listener;
     },
 
     async roomsReady() {

@@ -34,7 +34,12 @@ export const TUNNEL_ERROR_CODES = [
 ] as const;
 export type TunnelErrorCode = (typeof TUNNEL_ERROR_CODES)[number];
 
-/** `tunnel:error`. `retryAfter` (seconds) comes with RATE_LIMITED; without it a client waits 10 seconds. */
+/**
+ * `tunnel:error`. Every refusal arrives this way, whether or not the event carried an ack
+ * (an ack is answered too). `retryAfter` (seconds) comes with RATE_LIMITED; without it a
+ * client waits 10 seconds. RATE_LIMITED also means "too much in flight on this socket" or
+ * "the service cannot answer right now": either way, retry after `retryAfter`.
+ */
 export interface TunnelError {
   readonly code: TunnelErrorCode;
   readonly message: string;

@@ -9,8 +9,8 @@ import { TUNNEL_MESSAGE_MAX_BYTES } from './events';
 
 const messageType = z.string().min(1).max(100);
 const messageId = z.string().min(1).max(128);
-/** Absent and null both relay as null. */
-const payload = z.unknown().transform((value) => value ?? null);
+/** Any value; absent relays as null. */
+const payload = z.unknown();
 
 export const subscribeRequest = z.object({ deviceUuid });
 
@@ -36,35 +36,45 @@ export type DeviceMessageInput = z.infer<typeof deviceMessage>;
 /** Deeper than this is refused, so no walk over a message can exhaust the stack. */
 const MAX_DEPTH = 32;
 
+/** What is left of `budget` after `node`, or -1 once it is certainly over (or too deep). */
+function remainingAfter(node: unknown, budget: number, depth: number): number {
+  if (depth > MAX_DEPTH) return -1;
+  if (node === null || node === undefined) return budget - 4;
+  switch (typeof node) {
+    case 'string':
+      // At least one byte per character: a string longer than the budget needs no exact count.
+      return node.length > budget ? -1 : budget - Buffer.byteLength(node, 'utf8') - 2;
+    case 'number':
+    case 'boolean':
+    case 'bigint':
+      return budget - 8;
+    case 'object':
+      break;
+    default:
+      return budget;
+  }
+  if (node instanceof ArrayBuffer || ArrayBuffer.isView(node)) return budget - node.byteLength;
+  let left = budget - 2;
+  if (Array.isArray(node)) {
+    for (const item of node) {
+      left = remainingAfter(item, left - 1, depth + 1);
+      if (left < 0) return -1;
+    }
+    return left;
+  }
+  for (const key in node) {
+    if (!Object.prototype.hasOwnProperty.call(node, key)) continue;
+    left = remainingAfter((node as Record<string, unknown>)[key], left - key.length - 4, depth + 1);
+    if (left < 0) return -1;
+  }
+  return left;
+}
+
 /**
  * Whether a value would serialize to more than `limit` bytes of JSON (binary parts count
  * their byte length), or nests deeper than MAX_DEPTH. Stops as soon as either is certain,
  * so a huge value costs no more than the limit to look at.
  */
 export function exceedsSize(value: unknown, limit: number = TUNNEL_MESSAGE_MAX_BYTES): boolean {
-  let budget = limit;
-  const walk = (node: unknown, depth: number): boolean => {
-    if (depth > MAX_DEPTH) return true;
-    if (node === null || node === undefined) budget -= 4;
-    else if (typeof node === 'string') budget -= node.length > budget ? node.length : Buffer.byteLength(node, 'utf8') + 2;
-    else if (typeof node === 'number' || typeof node === 'boolean' || typeof node === 'bigint') budget -= 8;
-    else if (node instanceof ArrayBuffer) budget -= node.byteLength;
-    else if (ArrayBuffer.isView(node)) budget -= node.byteLength;
-    else if (Array.isArray(node)) {
-      budget -= 2;
-      for (const item of node) {
-        if (budget < 0 || walk(item, depth + 1)) return true;
-        budget -= 1;
-      }
-    } else if (typeof node === 'object') {
-      budget -= 2;
-      for (const key in node) {
-        if (!Object.prototype.hasOwnProperty.call(node, key)) continue;
-        budget -= key.length + 4;
-        if (budget < 0 || walk((node as Record<string, unknown>)[key], depth + 1)) return true;
-      }
-    }
-    return budget < 0;
-  };
-  return walk(value, 0);
+  return remainingAfter(value, limit, 0) < 0;
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Server as HttpServer } from 'node:http';
+import type { Socket as NetSocket } from 'node:net';
 import { Server, type Namespace, type Socket } from 'socket.io';
 import type { z } from 'zod';
 import type { Tokens } from '../auth/tokens';
@@ -28,8 +29,8 @@ import {
   type TunnelError,
   type UnsubscribeAck,
 } from './events';
-import { unlimited, type TunnelLimiter, type TunnelLimitKind, type TunnelPrincipal } from './limiter';
-import { appMessage, deviceMessage, exceedsSize, subscribeRequest } from './schemas';
+import { unlimited, type LimitDecision, type TunnelLimiter, type TunnelLimitKind, type TunnelPrincipal } from './limiter';
+import { appMessage, deviceMessage, exceedsSize, subscribeRequest, type AppMessageInput, type DeviceMessageInput } from './schemas';
 
 /**
  * The tunnel (decisions §5): Socket.IO namespace `/tunnel` on the API's HTTP server.
@@ -135,7 +136,7 @@ interface DeviceSession extends SessionBase {
   /** The `device-<uuid>` revision the token was checked at. */
   readonly authorizedAt: bigint;
   claim: DeviceClaim | null;
-  /** Replaced or revoked: its drop is not news for the subscribers. */
+  /** Replaced or revoked: already dealt with when its socket closes. */
   ended: boolean;
 }
 
@@ -147,6 +148,20 @@ export const userSubscribersRoom = (uuid: string, userId: string): string => `su
 
 /** setTimeout's ceiling (about 24.8 days). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
+
+type Maybe<T> = T | Promise<T>;
+
+/** `next(value)`, at once when the value is already there: the hot path allocates no promise. */
+function andThen<T, R>(value: Maybe<T>, next: (value: T) => Maybe<R>): Maybe<R> {
+  return value instanceof Promise ? value.then(next) : next(value);
+}
+
+const DELIVERED: MessageAck = Object.freeze({ success: true, delivered: true });
+const NOT_DELIVERED: MessageAck = Object.freeze({ success: true, delivered: false });
+
+function allowed(decision: LimitDecision): void {
+  if (!decision.allowed) throw new TunnelFailure('RATE_LIMITED', TUNNEL_MESSAGES.rateLimited, Math.max(1, Math.ceil(decision.retryAfter)));
+}
 
 function splitArgs(args: readonly unknown[]): { input: unknown; ack: Ack | undefined } {
   const last = args[args.length - 1];
@@ -261,10 +276,21 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const failedMessage = (): MessageAck => ({ success: false, delivered: false });
   const failedSubscribe = (error: TunnelError): SubscribeAck => ({ success: false, error });
 
-  /** Runs one event's work; answers the ack once, never throws. */
-  const run = (session: Session, args: readonly unknown[], ackBody: (error: TunnelError) => unknown, work: (input: unknown) => Promise<unknown>): void => {
+  /** Runs one event's work (synchronously when it needs no IO); answers the ack once; never throws. */
+  const run = (session: Session, args: readonly unknown[], ackBody: (error: TunnelError) => unknown, work: (input: unknown) => Maybe<unknown>): void => {
     const { input, ack } = splitArgs(args);
-    work(input)
+    let result: Maybe<unknown>;
+    try {
+      result = work(input);
+    } catch (error) {
+      refuse(session, error, ack, ackBody);
+      return;
+    }
+    if (!(result instanceof Promise)) {
+      ack?.(result);
+      return;
+    }
+    result
       .then(
         (response) => ack?.(response),
         (error: unknown) => refuse(session, error, ack, ackBody),
@@ -272,37 +298,40 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       .catch((error: unknown) => logger.error({ err: error instanceof Error ? error.message : String(error) }, 'tunnel: answering failed'));
   };
 
+  const tooBusy = (): TunnelFailure => new TunnelFailure('RATE_LIMITED', TUNNEL_MESSAGES.tooBusy, 1);
+
   /**
    * Waits for IO on behalf of a socket. Only real waits count against its bound (a burst of
    * events answered from memory never does), so a flood cannot pile up reads or lookups.
    */
-  const waitFor = async <T>(session: Session, value: T | Promise<T>): Promise<T> => {
+  const waitFor = <T>(session: Session, value: Maybe<T>): Maybe<T> => {
     if (!(value instanceof Promise)) return value;
     if (session.pending >= options.maxPendingPerSocket) {
       value.catch(() => undefined);
-      throw new TunnelFailure('RATE_LIMITED', TUNNEL_MESSAGES.tooBusy, 1);
+      throw tooBusy();
     }
     session.pending++;
+    return value.finally(() => {
+      session.pending--;
+    });
+  };
+
+  /** The device's state read again from the event store, counted against the socket's bound. */
+  const freshFor = async (session: Session, uuid: string): Promise<FoldedStream<DeviceState>> => {
+    if (session.pending >= options.maxPendingPerSocket) throw tooBusy();
+    session.pending++;
     try {
-      return await value;
+      return await access.fresh(uuid);
     } finally {
       session.pending--;
     }
   };
 
-  /** The device's state read again from the event store, counted against the socket's bound. */
-  const freshFor = (session: Session, uuid: string): Promise<FoldedStream<DeviceState>> => {
-    if (session.pending >= options.maxPendingPerSocket) return Promise.reject(new TunnelFailure('RATE_LIMITED', TUNNEL_MESSAGES.tooBusy, 1));
-    return waitFor(session, access.fresh(uuid));
-  };
+  const consume = (session: Session, kind: TunnelLimitKind): Maybe<void> =>
+    andThen(waitFor(session, limiter.consume(kind, session.principal)), allowed);
 
-  const consume = async (session: Session, kind: TunnelLimitKind): Promise<void> => {
-    const decision = await waitFor(session, limiter.consume(kind, session.principal));
-    if (!decision.allowed) throw new TunnelFailure('RATE_LIMITED', TUNNEL_MESSAGES.rateLimited, Math.max(1, Math.ceil(decision.retryAfter)));
-  };
-
-  const deviceConnected = async (session: Session, uuid: string): Promise<boolean> =>
-    liveDevices.has(uuid) || (await waitFor(session, cluster.remoteDevice(uuid))).connected;
+  const deviceConnected = (session: Session, uuid: string): Maybe<boolean> =>
+    liveDevices.has(uuid) || andThen(waitFor(session, cluster.remoteDevice(uuid)), (remote) => remote.connected);
 
   const sendStatus = (uuid: string, status: DeviceStatus, localOnly: boolean): void => {
     (localOnly ? nsp.local : nsp).to(subscribersRoom(uuid)).emit('device:status', status);
@@ -358,75 +387,97 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     return { success: true, deviceUuid: uuid, isOnline };
   };
 
-  const unsubscribe = async (session: AppSession, input: unknown): Promise<UnsubscribeAck> => {
+  const unsubscribe = (session: AppSession, input: unknown): UnsubscribeAck => {
     const { deviceUuid: uuid } = parse(subscribeRequest, input);
     removeSubscription(session, uuid);
     return { success: true, deviceUuid: uuid };
   };
 
-  const relayToDevice = async (session: Session, uuid: string, message: MessageToDevice): Promise<boolean> => {
-    const local = liveDevices.get(uuid);
-    if (local !== undefined) {
-      local.socket.emit('tunnel:message', message);
-      return true;
-    }
-    if (!(await waitFor(session, cluster.remoteDevice(uuid))).connected) return false;
-    nsp.to(deviceRoom(uuid)).emit('tunnel:message', message);
-    return true;
-  };
-
-  const appSends = async (session: AppSession, input: unknown): Promise<MessageAck> => {
-    const message = parse(appMessage, input);
-    await consume(session, 'message');
+  const relayToDevice = (session: AppSession, message: AppMessageInput): Maybe<MessageAck> => {
     const uuid = message.deviceUuid;
-    const cached = access.peek(uuid);
-    let refusal = cached === undefined ? notFound() : controlRefusal(cached.state, session.userId);
-    // A refusal from the cache may predate a link just made through another process.
-    if (refusal !== null && (cached === undefined || !access.verifiedRecently(uuid, options.denialRecheckMs))) {
-      refusal = controlRefusal((await freshFor(session, uuid)).state, session.userId);
-    }
-    if (refusal !== null) throw refusal;
-    const delivered = await relayToDevice(session, uuid, {
+    const out: MessageToDevice = {
       id: message.id ?? randomUUID(),
       deviceUuid: uuid,
       from: { userId: session.userId },
       type: message.type,
-      payload: message.payload,
+      payload: message.payload ?? null,
       sentAt: now(),
+    };
+    const local = liveDevices.get(uuid);
+    if (local !== undefined) {
+      local.socket.emit('tunnel:message', out);
+      return DELIVERED;
+    }
+    return andThen(waitFor(session, cluster.remoteDevice(uuid)), (remote) => {
+      if (!remote.connected) return NOT_DELIVERED;
+      nsp.to(deviceRoom(uuid)).emit('tunnel:message', out);
+      return DELIVERED;
     });
-    return { success: true, delivered };
+  };
+
+  /** The hot path: answered from memory unless the cache cannot tell. */
+  const authorizeAndRelay = (session: AppSession, message: AppMessageInput): Maybe<MessageAck> => {
+    const uuid = message.deviceUuid;
+    const cached = access.peek(uuid);
+    const refusal = cached === undefined ? notFound() : controlRefusal(cached.state, session.userId);
+    if (refusal === null) return relayToDevice(session, message);
+    // A refusal from the cache may predate a link just made through another process.
+    if (cached !== undefined && access.verifiedRecently(uuid, options.denialRecheckMs)) throw refusal;
+    return freshFor(session, uuid).then((folded) => {
+      const checked = controlRefusal(folded.state, session.userId);
+      if (checked !== null) throw checked;
+      return relayToDevice(session, message);
+    });
+  };
+
+  const appSends = (session: AppSession, input: unknown): Maybe<MessageAck> => {
+    const message = parse(appMessage, input);
+    return andThen(consume(session, 'message'), () => authorizeAndRelay(session, message));
   };
 
   // -------------------------------------------------------------------------------------
   // Devices
 
-  const deviceSends = async (session: DeviceSession, input: unknown): Promise<MessageAck> => {
-    const message = parse(deviceMessage, input);
-    await consume(session, 'message');
+  const relayFromDevice = (session: DeviceSession, message: DeviceMessageInput): MessageAck => {
     const out: MessageFromDevice = {
       id: message.id ?? randomUUID(),
       deviceUuid: session.uuid,
       from: 'device',
       ...(message.replyTo !== undefined ? { replyTo: message.replyTo } : {}),
       type: message.type,
-      payload: message.payload,
+      payload: message.payload ?? null,
       sentAt: now(),
     };
     const room = message.to !== undefined ? userSubscribersRoom(session.uuid, message.to) : subscribersRoom(session.uuid);
     nsp.to(room).emit('tunnel:message', out);
-    return { success: true, delivered: true };
+    return DELIVERED;
   };
 
-  /** Ends a device socket that lost its place: replaced by a newer one, or revoked. */
+  const deviceSends = (session: DeviceSession, input: unknown): Maybe<MessageAck> => {
+    const message = parse(deviceMessage, input);
+    return andThen(consume(session, 'message'), () => relayFromDevice(session, message));
+  };
+
+  /** The device's socket on this process is gone: forget it everywhere, and tell the subscribers. */
+  const deviceLeft = (session: DeviceSession): void => {
+    liveDevices.delete(session.uuid);
+    if (session.claim !== null) {
+      track(cluster.releaseDevice(session.uuid, session.claim), 'device release');
+      cluster.announce({ kind: 'device-gone', uuid: session.uuid, claim: session.claim });
+    }
+    sendStatus(session.uuid, { deviceUuid: session.uuid, isOnline: false, lastSeenAt: now() }, false);
+  };
+
+  /**
+   * Ends a device socket that lost its place. Replaced: the newer socket holds the device,
+   * nothing changes for the subscribers. Revoked (deleted, newer token): the device is gone.
+   */
   const endDevice = (session: DeviceSession, error: TunnelError): void => {
     if (session.ended) return;
     session.ended = true;
     if (liveDevices.get(session.uuid) === session) {
-      liveDevices.delete(session.uuid);
-      if (session.claim !== null && error.code !== 'SESSION_REPLACED') {
-        track(cluster.releaseDevice(session.uuid, session.claim), 'device release');
-        cluster.announce({ kind: 'device-gone', uuid: session.uuid, claim: session.claim });
-      }
+      if (error.code === 'SESSION_REPLACED') liveDevices.delete(session.uuid);
+      else deviceLeft(session);
     }
     session.socket.emit('tunnel:error', error);
     session.socket.disconnect(true);
@@ -488,13 +539,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     const set = deviceSessions.get(session.uuid);
     set?.delete(session);
     if (set?.size === 0) deviceSessions.delete(session.uuid);
-    if (liveDevices.get(session.uuid) !== session) return;
-    liveDevices.delete(session.uuid);
-    if (session.claim !== null) {
-      track(cluster.releaseDevice(session.uuid, session.claim), 'device release');
-      cluster.announce({ kind: 'device-gone', uuid: session.uuid, claim: session.claim });
-    }
-    if (!session.ended) sendStatus(session.uuid, { deviceUuid: session.uuid, isOnline: false, lastSeenAt: now() }, false);
+    if (liveDevices.get(session.uuid) === session) deviceLeft(session);
   };
 
   nsp.on('connection', (socket) => {
@@ -529,7 +574,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       return;
     }
 
-    const refuseSubscribe = async (): Promise<never> => {
+    const refuseSubscribe = (): never => {
       throw new TunnelFailure('FORBIDDEN', TUNNEL_MESSAGES.devicesCannotSubscribe);
     };
     socket.on('tunnel:subscribe', (...args: unknown[]) => run(session, args, failedSubscribe, refuseSubscribe));
@@ -642,21 +687,32 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     const buffer: unknown = (socket.conn as unknown as { writeBuffer?: unknown }).writeBuffer;
     return Array.isArray(buffer) ? buffer.length : 0;
   };
+  /** The TCP connection of a socket that came straight over WebSocket (the upgrade request's). */
+  const rawConnection = (socket: TunnelSocket): NetSocket | null =>
+    socket.request.headers.upgrade?.toLowerCase() === 'websocket' ? socket.request.socket : null;
   const sweep = setInterval(() => {
     for (const session of sessions.values()) {
       session.congested = queuedPackets(session.socket) > options.slowConsumerMaxQueued ? session.congested + 1 : 0;
       if (session.congested >= 2) {
         logger.warn({ socket: session.socket.id, principal: session.principal }, 'tunnel: slow consumer cut off');
         session.socket.conn.close(true);
+        // A client that does not read would not finish the WebSocket closing handshake either.
+        rawConnection(session.socket)?.destroy();
       }
     }
   }, options.sweepEveryMs);
   sweep.unref();
-  const refresh = setInterval(() => {
-    const held = [...liveDevices.values()].flatMap((s) => (s.claim !== null ? [{ uuid: s.uuid, claim: s.claim }] : []));
-    track(cluster.refreshDevices(held), 'device refresh');
-  }, 30_000);
+  const heldDevices = (): Array<{ uuid: string; claim: DeviceClaim }> =>
+    [...liveDevices.values()].flatMap((s) => (s.claim !== null ? [{ uuid: s.uuid, claim: s.claim }] : []));
+  const refresh = setInterval(() => track(cluster.refreshDevices(heldDevices()), 'device refresh'), 30_000);
   refresh.unref();
+  cluster.onReconnect(() => {
+    // Redis may have restarted empty: write the records again and tell the other processes,
+    // whose answers about these devices may have gone stale meanwhile.
+    const held = heldDevices();
+    track(cluster.refreshDevices(held), 'device refresh');
+    for (const device of held) cluster.announce({ kind: 'device-connected', ...device });
+  });
 
   return {
     stats: () => {
@@ -678,9 +734,12 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       wake();
       await following;
       // Closing the transports, not a Socket.IO disconnect: clients then reconnect (to another process).
+      const connections = [...sessions.values()].flatMap((session) => rawConnection(session.socket) ?? []);
       io.engine.close();
       const settle = Promise.allSettled([...background]);
       await Promise.race([settle, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);
+      // Clients that did not finish the closing handshake by now are not going to.
+      for (const connection of connections) connection.destroy();
       await Promise.allSettled([io.of('/'), nsp].map(async (namespace) => namespace.adapter.close()));
       await cluster.close();
     },

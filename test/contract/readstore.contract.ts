@@ -480,6 +480,48 @@ export function readStoreContract(
         expect(ids(await devices().find({ where: { userId: 'u2' } }))).toEqual(['z']);
       });
 
+      it('an index on an array field finds a document by any of its elements, once, as documents change and go', async () => {
+        await devices().ensureIndex([
+          { field: 'tags', order: 'asc' },
+          { field: 'name', order: 'asc' },
+        ]);
+        await devices().put(device('a', { tags: ['x', 'y'] }), '1');
+        await devices().put(device('b', { tags: ['y'] }), '1');
+        await devices().put(device('c', { tags: [] }), '1');
+        await devices().put(device('d'), '1');
+        await devices().put(device('e', { tags: ['x', 'x'] }), '1');
+        expect(ids(await devices().find({ where: { tags: 'x' } }))).toEqual(['a', 'e']);
+        expect(ids(await devices().find({ where: { tags: { in: ['x', 'y'] } } }))).toEqual(['a', 'b', 'e']);
+        expect(await devices().count({ tags: { in: ['x', 'y'] } })).toBe(3);
+        expect(ids(await devices().find({ where: { tags: { in: ['y', 'x'] } }, sort: [{ field: 'name', order: 'desc' }], limit: 2 }))).toEqual(['e', 'b']);
+        expect(ids(await devices().find({ where: { tags: null } }))).toEqual(['d']);
+        await devices().put(device('a', { tags: ['z'] }), '2');
+        expect(ids(await devices().find({ where: { tags: 'x' } }))).toEqual(['e']);
+        expect(ids(await devices().find({ where: { tags: 'z' } }))).toEqual(['a']);
+        await devices().remove('b', '2');
+        expect(await devices().count({ tags: 'y' })).toBe(0);
+        expect(ids(await devices().find({ where: { tags: { in: ['x', 'z'] }, online: { in: [null] } } }))).toEqual(['a', 'e']);
+      });
+
+      it('an index on a field holding scalars, arrays and objects answers every shape as an unindexed query does', async () => {
+        const things = store.collection<ReadDoc & Record<string, unknown>>('things');
+        const docs = [
+          { id: 'a', tag: 'x', on: true },
+          { id: 'b', tag: ['x', 'y'], on: true },
+          { id: 'c', tag: [{ x: 1 }, 'x'], on: true },
+          { id: 'd', tag: { x: 1 }, on: true },
+          { id: 'e', tag: ['x'], on: false },
+          { id: 'f', on: true },
+          { id: 'g', tag: [null, 'z'], on: true },
+        ];
+        for (const doc of docs) await things.put(doc, '1');
+        const queries: Where[] = [{ tag: 'x' }, { tag: 'x', on: true }, { tag: { in: ['x', 'z'] }, on: true }, { tag: null }, { tag: { in: [null, 'y'] } }];
+        const unindexed = await Promise.all(queries.map(async (where) => ids(await things.find({ where }))));
+        await things.ensureIndex([{ field: 'tag', order: 'asc' }]);
+        for (const [i, where] of queries.entries()) expect(ids(await things.find({ where }))).toEqual(unindexed[i]);
+        expect(unindexed).toEqual([['a', 'b', 'c', 'e'], ['a', 'b', 'c'], ['a', 'b', 'c', 'g'], ['f', 'g'], ['b', 'f', 'g']]);
+      });
+
       it('a unique index refuses a second document with the same key and writes nothing', async () => {
         const users = store.collection<{ id: string; email: string }>('users');
         await users.ensureIndex([{ field: 'email', order: 'asc' }], { unique: true });
@@ -491,6 +533,33 @@ export function readStoreContract(
         expect(await users.put({ id: 'u1', email: 'b@example.com' }, '3')).toBe(true);
         expect(await users.put({ id: 'u2', email: 'a@example.com' }, '1')).toBe(true);
         expect(ids(await users.find({ sort: [{ field: 'email', order: 'asc' }] }))).toEqual(['u2', 'u1']);
+      });
+    });
+
+    describe('load (bulk insert for rebuilds)', () => {
+      it('inserts documents with their guards; the guards then rule later writes', async () => {
+        await devices().load([
+          { doc: device('a'), guard: '0005' },
+          { doc: device('b', { tags: ['x'] }), guard: '0007' },
+        ]);
+        expect(ids(await devices().find())).toEqual(['a', 'b']);
+        expect(await devices().get('b')).toEqual(device('b', { tags: ['x'] }));
+        expect(await devices().getGuard('a')).toBe('0005');
+        expect(await devices().put(device('b', { name: 'older' }), '0006')).toBe(false);
+        expect(await devices().put(device('b', { name: 'newer' }), '0008')).toBe(true);
+        expect((await devices().get('b'))?.name).toBe('newer');
+      });
+
+      it('refuses an id that already exists and overwrites nothing', async () => {
+        await devices().put(device('a'), '0009');
+        await expect(devices().load([{ doc: device('a', { name: 'loaded' }), guard: '0001' }])).rejects.toThrow();
+        expect(await devices().get('a')).toEqual(device('a'));
+        expect(await devices().getGuard('a')).toBe('0009');
+      });
+
+      it('accepts an empty load', async () => {
+        await devices().load([]);
+        expect(await devices().count()).toBe(0);
       });
     });
 

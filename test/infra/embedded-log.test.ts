@@ -387,6 +387,61 @@ describe('embedded event log', () => {
 
       expect(await typesOf(reopened, 'heartbeat-1')).toEqual(['Old1', 'Old2', 'Young', 'Next']);
     });
+
+    it('reads backwards from the newest event and stops where events aged out', async () => {
+      const dir = await dataDirectory();
+      let now = Date.parse('2025-01-01T00:00:00.000Z');
+      const store = await openStore(dir, { now: () => now });
+      await store.setStreamMaxAge('heartbeat-2', 60);
+      for (const type of ['A', 'B', 'C']) {
+        await store.append('heartbeat-2', [newEvent(type)], 'any');
+        now += 20_000;
+      }
+      const newest = await readAll(store.readStream('heartbeat-2', { direction: 'backwards', maxCount: 1 }));
+      expect(newest.map((event) => [event.type, event.revision])).toEqual([['C', 2n]]);
+      now += 25_000; // A is 85 s old, B 65 s, C 45 s
+      expect((await readAll(store.readStream('heartbeat-2', { direction: 'backwards' }))).map((e) => e.type)).toEqual(['C']);
+      now += 60_000;
+      expect(await readAll(store.readStream('heartbeat-2', { direction: 'backwards', maxCount: 1 }))).toEqual([]);
+      await store.close();
+    });
+  });
+
+  describe('recent commits in memory', () => {
+    it('reads just-written events from memory exactly as from disk, across the edge of what memory keeps', async () => {
+      const dir = await dataDirectory();
+      const store = await openStore(dir);
+      const blob = 'x'.repeat(20_000);
+      // About 6 MiB in many group commits: more than memory keeps, so early reads hit the disk.
+      for (let round = 0; round < 10; round++) {
+        await Promise.all(
+          Array.from({ length: 30 }, (_, i) => store.append(`device-${i}`, [{ ...newEvent(`E${round}`), data: { blob, round, i } }], 'any')),
+        );
+      }
+      const live = await readAll(store.readStream('device-7'));
+      const liveBackwards = await readAll(store.readStream('device-29', { direction: 'backwards', maxCount: 3 }));
+      const subscribed: RecordedEvent[] = [];
+      const subscription = store.subscribe({ streamPrefixes: ['device-'] });
+      for await (const item of subscription) {
+        if (item.kind === 'caught-up') break;
+        subscribed.push(item.event);
+      }
+      await subscription.close();
+
+      const reopened = await reopen(store, dir);
+      expect(live).toHaveLength(10);
+      expect(await readAll(reopened.readStream('device-7'))).toEqual(live);
+      expect(await readAll(reopened.readStream('device-29', { direction: 'backwards', maxCount: 3 }))).toEqual(liveBackwards);
+      const fromDisk: RecordedEvent[] = [];
+      const again = reopened.subscribe({ streamPrefixes: ['device-'] });
+      for await (const item of again) {
+        if (item.kind === 'caught-up') break;
+        fromDisk.push(item.event);
+      }
+      await again.close();
+      expect(subscribed).toHaveLength(300);
+      expect(fromDisk).toEqual(subscribed);
+    });
   });
 
   describe('subscribe positions', () => {

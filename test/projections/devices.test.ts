@@ -120,6 +120,15 @@ describe('devices projection', () => {
     expect(await allDocs(store)).toEqual([expect.objectContaining({ isOnline: false, lastSeenAt: T2 })]);
   });
 
+  test('a rebuild that no longer sees aged-out heartbeats still ends at the last one: the offline event names it', async () => {
+    await applyAll(store, [
+      recorded(registered()),
+      recorded({ type: 'DeviceWentOnline', data: { uuid, lastSeenAt: T1 } }),
+      recorded({ type: 'DeviceWentOffline', data: { uuid, reason: 'heartbeat-timeout', lastSeenAt: T2, wentOfflineAt: T3 } }),
+    ]);
+    expect(await allDocs(store)).toEqual([expect.objectContaining({ isOnline: false, lastSeenAt: T2 })]);
+  });
+
   test('deletion removes the document; a registration again starts afresh and ignores heartbeats of the earlier life', async () => {
     await applyAll(store, [
       recorded(registered('id-1', T0)),

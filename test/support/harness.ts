@@ -7,6 +7,7 @@ import { createLogger } from '../../src/logger';
 import { startService, type RunningService } from '../../src/service';
 import { createTokens, type Tokens } from '../../src/auth/tokens';
 import type { EventStore } from '../../src/infra/eventstore/port';
+import type { ReadStore } from '../../src/infra/readstore/port';
 import { TIERS } from '../../src/ratelimit/limiter';
 import { startStack, type Stack } from './stack';
 import type { PrivateRedis } from './redis';
@@ -31,6 +32,8 @@ export interface TestService {
   readonly tokens: Tokens;
   /** The service's own event store, to read streams back. */
   readonly eventStore: EventStore;
+  /** The read models the service serves (its current generation). */
+  readonly readStore: ReadStore;
   /** Every log line so far, as written. */
   readonly logs: () => string;
   /** Starts a second service (another API process) against the same stores. */
@@ -61,6 +64,7 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
     env,
     tokens,
     eventStore: service.eventStore,
+    readStore: service.readStore,
     logs: () => logs,
     redis: owned.stack?.redis ?? null,
     startAnother: (extraEnv = {}) => startWith(mode, { ...env, ...extraEnv }, { stack: null, dir: null }),

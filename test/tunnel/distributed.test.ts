@@ -114,7 +114,8 @@ test('one live socket per device across processes: the newest wins', async () =>
   expect((await second.next<TunnelError>('tunnel:error')).code).toBe('SESSION_REPLACED');
   await request(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 'to the third' });
   expect((await third.next<MessageToDevice>('tunnel:message')).payload).toBe('to the third');
-  // The replaced sockets' drops were never news.
+  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+  // The replaced sockets' drops were never news: online three times, never offline.
   expect(app.all<DeviceStatus>('device:status').map((s) => s.isOnline)).toEqual([true, true, true]);
 }, 30_000);
 

@@ -163,7 +163,6 @@ test('a device that stops reading is cut off once its queue stays over the limit
     transport.ws._socket.pause();
     const chunk = 'p'.repeat(60 * 1024);
     for (let i = 0; i < 400 && r.tunnel.stats().deviceSockets > 0; i++) {
-      if (i % 50 === 0) console.log(i, r.tunnel.stats(), Date.now());
       app.socket.emit('tunnel:message', { deviceUuid: uuid, type: 'bulk', payload: chunk });
       if (i % 20 === 19) await new Promise((resolve) => setImmediate(resolve));
     }

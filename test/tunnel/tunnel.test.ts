@@ -1,7 +1,20 @@
 import { createSecretKey, randomUUID } from 'node:crypto';
 import jwt from 'jsonwebtoken';
+import { io, type Socket } from 'socket.io-client';
 import { deviceStream } from '../../src/domain/events';
-import type { DeviceStatus, MessageAck, MessageFromDevice, MessageToDevice, SubscribeAck, TunnelError } from '../../src/tunnel/events';
+import {
+  TUNNEL_NAMESPACE,
+  type AppToServerEvents,
+  type DeviceStatus,
+  type DeviceToServerEvents,
+  type MessageAck,
+  type MessageFromDevice,
+  type MessageToDevice,
+  type ServerToAppEvents,
+  type ServerToDeviceEvents,
+  type SubscribeAck,
+  type TunnelError,
+} from '../../src/tunnel/events';
 import { createUser, startTestService, type TestService } from '../support/harness';
 import { TEST_SECRETS } from '../support/server';
 import {
@@ -203,6 +216,28 @@ describe('tunnel:message', () => {
     expect(device.all('tunnel:message')).toHaveLength(1);
   });
 
+  test('a role change takes effect on the next messages (editor → viewer → editor)', async () => {
+    const { owner, editor, hub, token } = await household();
+    const device = await on(token);
+    const app = await on(editor.accessToken);
+    const send = (payload: number): Promise<MessageAck> => request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload });
+    expect(await send(1)).toEqual({ success: true, delivered: true });
+    // The permission check reads the cache the live event subscription keeps; it follows the
+    // write within moments, so poll (bounded) rather than assume the very next message.
+    const until = async (wanted: MessageAck): Promise<void> => {
+      const deadline = Date.now() + 2000;
+      while (JSON.stringify(await send(0)) !== JSON.stringify(wanted)) {
+        if (Date.now() > deadline) throw new Error(`still not ${JSON.stringify(wanted)}`);
+      }
+    };
+    await linkUser(service, hub, owner, editor, 'viewer');
+    await until({ success: false, delivered: false });
+    expect((await app.next<TunnelError>('tunnel:error')).code).toBe('FORBIDDEN');
+    await linkUser(service, hub, owner, editor, 'editor');
+    await until({ success: true, delivered: true });
+    expect((await device.next<MessageToDevice>('tunnel:message')).payload).toBe(1);
+  });
+
   test('delivered is false when the device is not connected', async () => {
     const { owner, hub } = await household();
     const app = await on(owner.accessToken);
@@ -365,12 +400,44 @@ describe('revocation', () => {
   });
 
   test('a new device token revokes the connected older generation', async () => {
-    const { owner, hub, token } = await household();
+    const { owner, viewer, hub, token } = await household();
+    const app = await on(viewer.accessToken);
+    await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
     const device = await on(token);
+    await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
     const fresh = await deviceToken(service, hub, owner);
     expect((await device.next<TunnelError>('tunnel:error')).code).toBe('ACCESS_REVOKED');
     expect(await device.next('disconnect')).toBe('io server disconnect');
+    // The subscribers stay subscribed and see the device go, then come back with its new token.
+    expect(await app.next<DeviceStatus>('device:status')).toMatchObject({ deviceUuid: hub.uuid, isOnline: false });
     expect((await on(fresh)).socket.connected).toBe(true);
+    expect(await app.next<DeviceStatus>('device:status')).toMatchObject({ deviceUuid: hub.uuid, isOnline: true });
+    expect(app.all('tunnel:error')).toEqual([]);
+  });
+});
+
+describe('the typed event maps', () => {
+  test('app and hub code written against src/tunnel/events.ts', async () => {
+    const { owner, hub, token } = await household();
+    const options = { transports: ['websocket'], reconnection: false, forceNew: true };
+    const hubSocket: Socket<ServerToDeviceEvents, DeviceToServerEvents> = io(`${service.baseUrl}${TUNNEL_NAMESPACE}`, { ...options, auth: { token } });
+    const appSocket: Socket<ServerToAppEvents, AppToServerEvents> = io(`${service.baseUrl}${TUNNEL_NAMESPACE}`, { ...options, auth: { token: owner.accessToken } });
+    try {
+      // A hub that answers every command with a reply to it.
+      hubSocket.on('tunnel:message', (command: MessageToDevice) => {
+        hubSocket.emit('tunnel:message', { replyTo: command.id, type: `${command.type}.done`, payload: command.payload });
+      });
+      await new Promise<void>((resolve) => hubSocket.once('connect', () => resolve()));
+      const subscribed: SubscribeAck = await appSocket.timeout(5000).emitWithAck('tunnel:subscribe', { deviceUuid: hub.uuid });
+      expect(subscribed).toEqual({ success: true, deviceUuid: hub.uuid, isOnline: true });
+      const reply = new Promise<MessageFromDevice>((resolve) => appSocket.on('tunnel:message', resolve));
+      const ack: MessageAck = await appSocket.timeout(5000).emitWithAck('tunnel:message', { deviceUuid: hub.uuid, id: 'cmd-1', type: 'scene.run', payload: { scene: 'evening' } });
+      expect(ack).toEqual({ success: true, delivered: true });
+      expect(await reply).toMatchObject({ from: 'device', replyTo: 'cmd-1', type: 'scene.run.done', payload: { scene: 'evening' } });
+    } finally {
+      hubSocket.disconnect();
+      appSocket.disconnect();
+    }
   });
 });
 

@@ -12,7 +12,8 @@
  * append never half-survives a crash. The first record of each group commit carries
  * FIRST_OF_BATCH, which tells a torn last write (dropped) from damage to synced data
  * (open fails). Everything but payloads (the stream index) lives in memory and is rebuilt
- * by scanning the log at open.
+ * by scanning the log at open; so do the last few MiB of committed records, which readers
+ * that keep up with the log (subscriptions, reads of what was just appended) get from memory.
  */
 import { randomUUID } from 'node:crypto';
 import * as fs from 'node:fs/promises';
@@ -124,6 +125,8 @@ const SCAN_CHUNK_SIZE = 4 * 1024 * 1024;
 const REPLAY_CHUNK_SIZE = 1024 * 1024;
 const POINT_READ_SIZE = 4096;
 const STREAM_READ_BATCH = 32;
+/** How much of the newest log the store keeps in memory for readers that keep up. */
+const RECENT_COMMITS_BYTES = 4 * 1024 * 1024;
 /** Every Nth record's offset is kept so a subscription can seek to any position cheaply. */
 const SEEK_INDEX_EVERY = 1024;
 
@@ -607,7 +610,15 @@ class EmbeddedEventStore implements EventStore {
   private closed: Promise<void> | null = null;
   private changeWaiters: Array<() => void> = [];
   private readonly inFlightReads = new Set<Promise<Buffer>>();
-  private readonly readAt: ReadAt = (offset, length) => this.trackedRead(offset, length);
+  private readonly readAt: ReadAt = (offset, length) => this.recentRead(offset, length) ?? this.trackedRead(offset, length);
+  /**
+   * The last group commits, as written (oldest first): subscribers that keep up — the
+   * projector, the expiry feed — and reads of what was just appended decode from memory, in
+   * the same turn of the event loop as the commit, instead of a file read through the
+   * thread pool. That turn is what a write's read-your-writes wait would otherwise cost.
+   */
+  private recent: Array<{ readonly start: number; readonly bytes: Buffer }> = [];
+  private recentBytes = 0;
 
   constructor(
     private readonly handle: fs.FileHandle,
@@ -774,13 +785,15 @@ class EmbeddedEventStore implements EventStore {
       this.queue = [];
       const bytes = batch.length === 1 && batch[0] !== undefined ? batch[0].bytes : Buffer.concat(batch.map((a) => a.bytes));
       markFirstOfBatch(bytes);
+      const start = this.index.end;
       try {
-        await writeFully(this.handle, bytes, this.index.end);
+        await writeFully(this.handle, bytes, start);
         await this.handle.datasync();
       } catch (error) {
         this.fail(error, batch);
         continue;
       }
+      this.remember(start, bytes);
       this.commit(batch, bytes.length);
     }
   }
@@ -805,8 +818,40 @@ class EmbeddedEventStore implements EventStore {
     }
   }
 
+  private remember(start: number, bytes: Buffer): void {
+    this.recent.push({ start, bytes });
+    this.recentBytes += bytes.length;
+    while (this.recentBytes > RECENT_COMMITS_BYTES && this.recent.length > 1) {
+      this.recentBytes -= (this.recent.shift() as { bytes: Buffer }).bytes.length;
+    }
+  }
+
+  /** `length` bytes at `offset` from the recent commits, or null when they are not all there. */
+  private recentRead(offset: number, length: number): Promise<Buffer> | null {
+    const recent = this.recent;
+    const first = recent[0];
+    if (first === undefined || offset < first.start || offset + length > this.index.end) return null;
+    let i = recent.length - 1;
+    while (i > 0 && (recent[i] as { start: number }).start > offset) i--;
+    const parts: Buffer[] = [];
+    let at = offset;
+    for (; i < recent.length && at < offset + length; i++) {
+      const batch = recent[i] as { start: number; bytes: Buffer };
+      const batchEnd = batch.start + batch.bytes.length;
+      if (at < batch.start || at >= batchEnd) return null;
+      const take = Math.min(batchEnd, offset + length) - at;
+      parts.push(batch.bytes.subarray(at - batch.start, at - batch.start + take));
+      at += take;
+    }
+    if (at < offset + length) return null;
+    // Committed bytes never change: handing out views of them is safe.
+    return Promise.resolve(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts));
+  }
+
   private fail(error: unknown, batch: readonly PendingAppend[]): void {
     // What reached the disk is unknown now; only a reopen (which rescans the log) can tell.
+    this.recent = [];
+    this.recentBytes = 0;
     this.failure = new Error(
       `Event log write failed; reopen the event store: ${error instanceof Error ? error.message : String(error)}`,
       { cause: error },
@@ -855,10 +900,12 @@ class EmbeddedEventStore implements EventStore {
     const maxCount = options.maxCount ?? Number.POSITIVE_INFINITY;
 
     const maxAge = this.index.maxAgeSeconds.get(streamName);
+    const cutoff = maxAge === undefined ? null : this.now() - maxAge * 1000;
+    // Forwards, aged-out events are skipped by a binary search. Backwards, the walk stops at
+    // the first aged-out one (written-at times never decrease along the log): reading the
+    // newest event of a $maxAge stream — what presence expiry does — costs one record.
     const oldestVisible =
-      maxAge === undefined
-        ? 0
-        : await firstRevisionWrittenSince(this.readAt, stream.positions, count, limit, this.now() - maxAge * 1000);
+      cutoff === null || backwards ? 0 : await firstRevisionWrittenSince(this.readAt, stream.positions, count, limit, cutoff);
     let revision: number;
     let stop: number;
     let step: number;
@@ -878,7 +925,10 @@ class EmbeddedEventStore implements EventStore {
       const offsets: number[] = [];
       for (let i = 0; i < batchSize; i++) offsets.push(stream.positions[revision + i * step] ?? 0);
       const records = await Promise.all(offsets.map((offset) => readRecordAt(this.readAt, offset, limit)));
-      for (const record of records) yield toRecordedEvent(record);
+      for (const record of records) {
+        if (backwards && cutoff !== null && record.writtenAt < cutoff) return;
+        yield toRecordedEvent(record);
+      }
       revision += batchSize * step;
       remaining -= batchSize;
     }

@@ -99,15 +99,22 @@ async function* consume<T>(read: StreamingRead<T>): AsyncGenerator<T> {
   };
   read.once('pipe', onPipe);
   let completed = false;
+  let failed = false;
   try {
     for await (const item of read) yield item;
     completed = true;
+  } catch (error) {
+    // The read failed by itself (e.g. stream not found): its call ends on its own. Cancelling
+    // it anyway resets an HTTP/2 stream the server already closed, and a few thousand of
+    // those (one per read of a missing stream) bring the client's session down.
+    failed = true;
+    throw error;
   } finally {
     read.off('pipe', onPipe);
     if (!completed) {
       // Nobody iterates any more: a late error must not become an unhandled 'error' event.
       read.on('error', () => undefined);
-      await read.cancel().catch(() => undefined); // a call still streaming ends with a cancellation
+      if (!failed) await read.cancel().catch(() => undefined); // a call still streaming ends with a cancellation
       source?.resume(); // a call already answered drains to its end
     }
   }

@@ -56,7 +56,12 @@ interface Entry {
   readonly guard: string;
 }
 
-/** Equality lookups on the first field of each declared index; documents whose value there is not a scalar stay in `others`. */
+/**
+ * Equality lookups on the first field of each declared index. An array is multikey, as in
+ * MongoDB: the document sits in the bucket of each of its elements (an empty array in none,
+ * since no equality or `in` matches it). Documents whose value there is neither a scalar nor
+ * an array of scalars stay in `others`.
+ */
 interface EqualityIndex {
   readonly read: Getter;
   readonly buckets: Map<Scalar, Set<string>>;
@@ -121,6 +126,18 @@ class MemoryCollection implements ReadCollection<Stored> {
     return true;
   }
 
+  async load(entries: ReadonlyArray<{ readonly doc: Stored; readonly guard: string }>): Promise<void> {
+    const seen = new Set<string>();
+    for (const { doc } of entries) {
+      assertId(doc.id, 'document id');
+      if (this.entries.has(doc.id) || seen.has(doc.id)) throw new Error(`load: a document with id "${doc.id}" already exists`);
+      seen.add(doc.id);
+    }
+    for (const { doc, guard } of entries) {
+      if (!(await this.put(doc, guard))) throw new Error(`load: a document with id "${doc.id}" already exists`);
+    }
+  }
+
   async ensureIndex(fields: readonly SortKey[], options?: { readonly unique?: boolean }): Promise<void> {
     const keys = parseSort(fields);
     if (keys.length === 0) throw new TypeError('an index needs at least one field');
@@ -155,34 +172,53 @@ class MemoryCollection implements ReadCollection<Stored> {
 
   private select(where: CompiledWhere): Stored[] {
     const result: Stored[] = [];
-    const candidates = this.candidates(where);
-    if (candidates === undefined) {
+    const narrowed = this.candidates(where);
+    if (narrowed === undefined) {
       for (const { doc } of this.entries.values()) if (matchesAll(where, doc)) result.push(doc);
-    } else {
-      for (const id of candidates) {
-        const entry = this.entries.get(id);
-        if (entry !== undefined && matchesAll(where, entry.doc)) result.push(entry.doc);
-      }
+      return result;
     }
+    const collect = (ids: Iterable<string>, conditions: CompiledWhere): void => {
+      for (const id of ids) {
+        const entry = this.entries.get(id);
+        if (entry !== undefined && matchesAll(conditions, entry.doc)) result.push(entry.doc);
+      }
+    };
+    // A document in the bucket of one of the condition's values meets that condition, so only
+    // the rest are tested (not reading the indexed field saves most of a lookup's time).
+    collect(narrowed.inBuckets, where.filter((condition) => condition !== narrowed.condition));
+    collect(narrowed.others, where);
     return result;
   }
 
-  /** The smallest set of ids an equality index narrows the query to, or undefined to scan everything. */
-  private candidates(where: CompiledWhere): Iterable<string> | undefined {
-    let best: string[] | undefined;
+  /**
+   * The smallest set of ids an equality index narrows the query to (the ids in the buckets of
+   * the condition's values, and the index's `others`, which still need every test), or
+   * undefined to scan everything.
+   */
+  private candidates(where: CompiledWhere): { readonly condition: Condition; readonly inBuckets: Iterable<string>; readonly others: Iterable<string> } | undefined {
+    let best: { readonly condition: Condition; readonly buckets: ReadonlyArray<ReadonlySet<string>>; readonly others: ReadonlySet<string>; readonly size: number } | undefined;
     for (const condition of where) {
       const index = this.equalityIndexes.get(condition.field);
       if (index === undefined) continue;
       const values = condition.lookup;
       if (values === undefined) continue;
-      const ids: string[] = [...index.others];
+      const buckets: Array<ReadonlySet<string>> = [];
+      let size = index.others.size;
       for (const value of new Set(values)) {
         const bucket = index.buckets.get(value);
-        if (bucket !== undefined) for (const id of bucket) ids.push(id);
+        if (bucket === undefined) continue;
+        buckets.push(bucket);
+        size += bucket.size;
       }
-      if (best === undefined || ids.length < best.length) best = ids;
+      if (best === undefined || size < best.size) best = { condition, buckets, others: index.others, size };
     }
-    return best;
+    if (best === undefined) return undefined;
+    const { condition, buckets, others } = best;
+    if (buckets.length <= 1) return { condition, inBuckets: buckets[0] ?? [], others };
+    // A multikey document can sit in several of the buckets looked up: each id once.
+    const ids = new Set<string>();
+    for (const bucket of buckets) for (const id of bucket) ids.add(id);
+    return { condition, inBuckets: ids, others };
   }
 
   private checkUnique(doc: Stored): Map<UniqueIndex, string> {
@@ -203,12 +239,14 @@ class MemoryCollection implements ReadCollection<Stored> {
 
   private unindex(doc: Stored): void {
     for (const index of this.equalityIndexes.values()) {
-      const key = equalityKey(index.read(doc));
-      if (key === undefined) index.others.delete(doc.id);
+      const keys = equalityKeys(index.read(doc));
+      if (keys === undefined) index.others.delete(doc.id);
       else {
-        const bucket = index.buckets.get(key);
-        bucket?.delete(doc.id);
-        if (bucket?.size === 0) index.buckets.delete(key);
+        for (const key of keys) {
+          const bucket = index.buckets.get(key);
+          bucket?.delete(doc.id);
+          if (bucket?.size === 0) index.buckets.delete(key);
+        }
       }
     }
     for (const index of this.uniqueIndexes.values()) {
@@ -219,17 +257,34 @@ class MemoryCollection implements ReadCollection<Stored> {
 }
 
 function addToEqualityIndex(index: EqualityIndex, doc: Stored): void {
-  const key = equalityKey(index.read(doc));
-  if (key === undefined) {
+  const keys = equalityKeys(index.read(doc));
+  if (keys === undefined) {
     index.others.add(doc.id);
     return;
   }
-  let bucket = index.buckets.get(key);
-  if (bucket === undefined) {
-    bucket = new Set();
-    index.buckets.set(key, bucket);
+  for (const key of keys) {
+    let bucket = index.buckets.get(key);
+    if (bucket === undefined) {
+      bucket = new Set();
+      index.buckets.set(key, bucket);
+    }
+    bucket.add(doc.id);
   }
-  bucket.add(doc.id);
+}
+
+/** The buckets a value belongs to: its own for a scalar, each element's for an array of scalars; undefined otherwise. */
+function equalityKeys(value: unknown): readonly Scalar[] | undefined {
+  if (!Array.isArray(value)) {
+    const key = equalityKey(value);
+    return key === undefined ? undefined : [key];
+  }
+  const keys: Scalar[] = [];
+  for (const element of value as readonly unknown[]) {
+    const key = equalityKey(element);
+    if (key === undefined) return undefined;
+    keys.push(key);
+  }
+  return keys;
 }
 
 /** The bucket a value belongs to: absent and null share one; non-scalars have none. */
@@ -603,21 +658,77 @@ function readPath(doc: unknown, path: Path): unknown {
   return current;
 }
 
+/**
+ * Values this store has copied and deep-frozen. A document written again after a small
+ * change (a heartbeat moving `lastSeenAt`) mostly holds such values, handed out by `get`
+ * and spread into the new version: they are shared as they are, not copied again.
+ */
+const deepFrozen = new WeakSet<object>();
+
+const INVALID: unique symbol = Symbol('invalid');
+
 /** A JSON-shaped deep copy, frozen; undefined properties are dropped (array slots become null), as the MongoDB adapter stores them. */
 function frozenCopy(value: unknown, where: string): unknown {
+  const copy = tryFrozenCopy(value);
+  if (copy === INVALID) {
+    throw new TypeError(`${invalidPath(value, where) ?? where}: only JSON-like values (objects, arrays, strings, numbers, booleans, null) can be stored`);
+  }
+  return copy;
+}
+
+function tryFrozenCopy(value: unknown): unknown {
   if (value === null || typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number') return value;
+  if (typeof value !== 'object') return INVALID;
+  if (deepFrozen.has(value)) return value;
+  let copy: unknown[] | Record<string, unknown>;
   if (Array.isArray(value)) {
-    return Object.freeze(value.map((element, i) => (element === undefined ? null : frozenCopy(element, `${where}[${i}]`))));
+    const elements: unknown[] = new Array<unknown>(value.length);
+    for (let i = 0; i < value.length; i++) {
+      const element: unknown = value[i];
+      const copied = element === undefined ? null : tryFrozenCopy(element);
+      if (copied === INVALID) return INVALID;
+      elements[i] = copied;
+    }
+    copy = elements;
+  } else if (isPlainObject(value)) {
+    const fields: Record<string, unknown> = {};
+    for (const key of Object.keys(value)) {
+      const element = value[key];
+      if (element === undefined) continue;
+      const copied = tryFrozenCopy(element);
+      if (copied === INVALID) return INVALID;
+      // A key named __proto__ stays a field: assignment would set the prototype instead.
+      if (key === '__proto__') Object.defineProperty(fields, key, { value: copied, enumerable: true, writable: true, configurable: true });
+      else fields[key] = copied;
+    }
+    copy = fields;
+  } else {
+    return INVALID;
+  }
+  Object.freeze(copy);
+  deepFrozen.add(copy);
+  return copy;
+}
+
+/** Where in `value` the first value that cannot be stored sits (the slow path, for the error message only). */
+function invalidPath(value: unknown, where: string): string | null {
+  if (value === null || typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number') return null;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const element: unknown = value[i];
+      const found = element === undefined ? null : invalidPath(element, `${where}[${i}]`);
+      if (found !== null) return found;
+    }
+    return null;
   }
   if (isPlainObject(value)) {
-    const copy: Record<string, unknown> = {};
     for (const [key, element] of Object.entries(value)) {
-      if (element === undefined) continue;
-      Object.defineProperty(copy, key, { value: frozenCopy(element, `${where}.${key}`), enumerable: true, writable: false, configurable: false });
+      const found = element === undefined ? null : invalidPath(element, `${where}.${key}`);
+      if (found !== null) return found;
     }
-    return Object.freeze(copy);
+    return null;
   }
-  throw new TypeError(`${where}: only JSON-like values (objects, arrays, strings, numbers, booleans, null) can be stored`);
+  return where;
 }
 
 function isScalar(value: unknown): value is Scalar {

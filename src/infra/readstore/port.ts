@@ -47,6 +47,11 @@ export interface ReadCollection<T extends ReadDoc> {
   put(doc: T, guard: string): Promise<boolean>;
   /** Deletes the document when its stored guard is lower than `guard`. Returns whether it was deleted. */
   remove(id: string, guard: string): Promise<boolean>;
+  /**
+   * Bulk-inserts documents, each with its guard, as a rebuild fills a fresh collection.
+   * Nothing is overwritten: an id that already exists is an error.
+   */
+  load(entries: ReadonlyArray<{ readonly doc: T; readonly guard: string }>): Promise<void>;
   /** Declares a compound index used by queries (a no-op where the adapter has no indexes). */
   ensureIndex(fields: readonly SortKey[], options?: { readonly unique?: boolean }): Promise<void>;
   /** Removes every document. */

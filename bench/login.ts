@@ -1,0 +1,241 @@
+/**
+ * `npm run bench:login`: logins per second and their latency through the real service
+ * (embedded mode, started in this process with every role, as `npm start` would), next to
+ * the raw argon2id verification rate of the same parameters and binding measured in the same
+ * run at the same concurrency (the password hasher's semaphore slots), then the p99 at an
+ * offered load of half that raw rate, open loop. Last, the argon2id bindings that are
+ * installed, compared at the same parameters (bench/argon2-bindings.ts).
+ *
+ * Users get their password the way a real user does: the CRM creates them
+ * (POST /auth/sync-customer), then each asks for a reset, the mail goes to a local SMTP
+ * server (test/support/smtp.ts) and the token from it sets the password
+ * (POST /auth/password-reset/confirm): the hash in the credential store is the one the
+ * service wrote itself.
+ *
+ * Bounded: BENCH_LOGIN_USERS users (64), BENCH_SECONDS of saturated load (10) on
+ * BENCH_CONNECTIONS keep-alive connections (16), BENCH_OPEN_SECONDS of open-loop load (20),
+ * BENCH_RAW_SECONDS per raw measurement (5). Load generators run in child processes
+ * (bench/http-load.ts closed loop, bench/http-open-load.ts open loop), all on 127.0.0.1.
+ */
+import { join } from 'node:path';
+import { ARGON2_OPTIONS, createPasswordHasher, defaultHashConcurrency } from '../src/auth/passwords';
+import { createAccount, type Account } from '../test/support/accounts';
+import { startTestService } from '../test/support/harness';
+import { startTestSmtpServer } from '../test/support/smtp';
+import { BINDING_NAMES, loadBinding, type Binding } from './argon2-bindings';
+import type { LoadJob, LoadRequest, LoadResult } from './http-load';
+import { runInChild, type OpenLoadJob, type OpenLoadResult } from './http-open-load';
+
+const USERS = Number(process.env.BENCH_LOGIN_USERS ?? 64);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 16);
+const SATURATED_MS = Number(process.env.BENCH_SECONDS ?? 10) * 1000;
+const OPEN_MS = Number(process.env.BENCH_OPEN_SECONDS ?? 20) * 1000;
+const RAW_MS = Number(process.env.BENCH_RAW_SECONDS ?? 5) * 1000;
+/** Set to 0 to skip the comparison of bindings. */
+const COMPARE_BINDINGS = process.env.BENCH_BINDINGS !== '0';
+const LOGIN_PATH = '/api/v1/auth/login';
+
+function log(message: string): void {
+  process.stdout.write(`${new Date().toISOString().slice(11, 19)} ${message}\n`);
+}
+
+interface RateResult {
+  readonly perSecond: number;
+  readonly count: number;
+  readonly p50: number;
+  readonly p99: number;
+}
+
+function percentileOf(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+}
+
+/** Closed loop: `concurrency` callers verifying back to back for `durationMs`, after a 1 s warm-up. */
+async function verifyRate(verify: () => Promise<boolean>, concurrency: number, durationMs: number): Promise<RateResult> {
+  const run = async (ms: number): Promise<number[]> => {
+    const latencies: number[] = [];
+    const end = performance.now() + ms;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (performance.now() < end) {
+          const started = performance.now();
+          if (!(await verify())) throw new Error('a correct password did not verify');
+          latencies.push(performance.now() - started);
+        }
+      }),
+    );
+    return latencies;
+  };
+  await run(1000);
+  const started = performance.now();
+  const latencies = await run(durationMs);
+  const elapsed = performance.now() - started;
+  latencies.sort((a, b) => a - b);
+  return { perSecond: (latencies.length / elapsed) * 1000, count: latencies.length, p50: percentileOf(latencies, 50), p99: percentileOf(latencies, 99) };
+}
+
+/** The raw rate of the service's own hasher (binding, parameters, semaphore), without HTTP or anything else. */
+async function rawRate(slots: number): Promise<RateResult> {
+  const hasher = createPasswordHasher({ concurrency: slots });
+  const password = 'raw-verify-Secret!1';
+  const hash = await hasher.hash(password);
+  return verifyRate(() => hasher.verify(hash, password), slots, RAW_MS);
+}
+
+function summary(r: LoadResult): string {
+  const l = r.latencyMs;
+  const statuses = Object.entries(r.statuses)
+    .map(([s, n]) => `${s}×${n}`)
+    .join(' ');
+  return `${r.perSecond.toFixed(1)} logins/s over ${r.requests}; p50 ${l.p50.toFixed(1)} ms, p90 ${l.p90.toFixed(1)} ms, p99 ${l.p99.toFixed(1)} ms, max ${l.max.toFixed(1)} ms; ${statuses}`;
+}
+
+function rawSummary(r: RateResult): string {
+  return `${r.perSecond.toFixed(1)} verifications/s (${r.count}), p50 ${r.p50.toFixed(1)} ms, p99 ${r.p99.toFixed(1)} ms`;
+}
+
+async function createAccounts(service: Parameters<typeof createAccount>[0], smtp: Parameters<typeof createAccount>[1]): Promise<Account[]> {
+  const accounts: Account[] = new Array<Account>(USERS);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    for (let i = next++; i < USERS; i = next++) {
+      accounts[i] = await createAccount(service, smtp, { email: `bench.login.${i}@example.com`, password: `bench-${i}-correct horse battery` });
+    }
+  };
+  await Promise.all(Array.from({ length: 4 }, worker));
+  return accounts;
+}
+
+interface BindingRow {
+  readonly binding: Binding;
+  readonly concurrency: number;
+  readonly rounds: RateResult[];
+  /** Verifies the hashes every other binding made (PHC strings as each writes them). */
+  readonly verifiesOthers: boolean;
+}
+
+async function compareBindings(slots: number): Promise<BindingRow[]> {
+  const bindings: Binding[] = [];
+  for (const name of BINDING_NAMES) {
+    const binding = await loadBinding(name);
+    if (binding === null) log(`bindings: ${name} is not installed, skipped`);
+    else bindings.push(binding);
+  }
+  const password = 'compare-Secret!1';
+  const hashes = new Map<string, string>();
+  for (const binding of bindings) hashes.set(binding.name, await binding.hash(password));
+  for (const [name, hash] of hashes) log(`bindings: ${name} writes ${hash.replace(/\$[^$]+\$[^$]+$/, '$<salt>$<hash>')}`);
+  const rows: BindingRow[] = [];
+  for (const binding of bindings) {
+    let verifiesOthers = true;
+    for (const [name, hash] of hashes) {
+      if (name !== binding.name && !(await binding.verify(hash, password))) verifiesOthers = false;
+      if (name !== binding.name && (await binding.verify(hash, `${password}x`))) verifiesOthers = false;
+    }
+    // A binding that computes on the event loop runs one at a time whatever the concurrency.
+    rows.push({ binding, concurrency: binding.blocksEventLoop ? 1 : slots, rounds: [], verifiesOthers });
+  }
+  const own = (row: BindingRow): string => hashes.get(row.binding.name) as string;
+  for (let round = 0; round < 2; round++) {
+    const order = round % 2 === 0 ? rows : [...rows].reverse();
+    for (const row of order) {
+      const result = await verifyRate(() => row.binding.verify(own(row), password), row.concurrency, RAW_MS);
+      row.rounds.push(result);
+      log(`bindings: ${row.binding.name} ${row.binding.version} at concurrency ${row.concurrency}: ${rawSummary(result)}`);
+    }
+  }
+  return rows;
+}
+
+async function main(): Promise<void> {
+  const slots = defaultHashConcurrency();
+  const { memoryCost, timeCost, parallelism } = ARGON2_OPTIONS;
+  log(
+    `login bench: argon2id m=${memoryCost} KiB t=${timeCost} p=${parallelism}, ${slots} hasher slots, ${USERS} users, ` +
+      `${CONNECTIONS} connections × ${SATURATED_MS / 1000} s saturated, ${OPEN_MS / 1000} s open loop`,
+  );
+
+  const rawBefore = await rawRate(slots);
+  log(`raw verify (before): ${rawSummary(rawBefore)}`);
+
+  const smtp = await startTestSmtpServer();
+  const service = await startTestService('embedded', { SMTP_URL: smtp.url, LOG_LEVEL: 'warn' });
+  let saturated: LoadResult;
+  let rawAfter: RateResult;
+  let open: OpenLoadResult;
+  let cpuMsPerLogin: number;
+  try {
+    const setupStarted = Date.now();
+    const accounts = await createAccounts(service, smtp);
+    log(`${USERS} users created and their passwords set through sync-customer and the reset flow in ${((Date.now() - setupStarted) / 1000).toFixed(1)} s`);
+
+    const port = Number(new URL(service.baseUrl).port);
+    const requests = accounts.map((a): LoadRequest => ({ path: LOGIN_PATH, body: JSON.stringify({ email: a.email, password: a.password }) }));
+    const closed = (mode: LoadJob['mode'], durationMs: number): Promise<LoadResult> =>
+      runInChild<LoadJob, LoadResult>(join(__dirname, 'http-load.ts'), { port, requests, body: '', connections: CONNECTIONS, mode, durationMs, maxRequests: 1_000_000 });
+
+    const warm = await closed('pass', 60_000);
+    log(`warm-up, one login per user: ${summary(warm)}`);
+    const cpuBefore = process.cpuUsage();
+    saturated = await closed('sustained', SATURATED_MS);
+    const cpu = process.cpuUsage(cpuBefore);
+    cpuMsPerLogin = (cpu.user + cpu.system) / 1000 / Math.max(1, saturated.requests);
+    log(`saturated (${CONNECTIONS} connections, closed loop): ${summary(saturated)}; service process CPU ${cpuMsPerLogin.toFixed(1)} ms per login`);
+
+    rawAfter = await rawRate(slots);
+    log(`raw verify (after): ${rawSummary(rawAfter)}`);
+
+    const rate = (rawBefore.perSecond + rawAfter.perSecond) / 4;
+    open = await runInChild<OpenLoadJob, OpenLoadResult>(join(__dirname, 'http-open-load.ts'), {
+      port,
+      requests,
+      body: '',
+      ratePerSecond: rate,
+      durationMs: OPEN_MS,
+      initialConnections: 8,
+      maxConnections: 256,
+      seed: 8,
+      drainTimeoutMs: 30_000,
+    });
+    log(
+      `open loop at ${rate.toFixed(1)}/s offered (Poisson, ${open.offered} arrivals): ${summary(open)}; ` +
+        `${open.unanswered} unanswered, ${open.connectionsUsed} connections, client send lag p99 ${open.sendLagMs.p99.toFixed(1)} ms`,
+    );
+  } finally {
+    await service.stop();
+    await smtp.stop();
+  }
+
+  const bindings = COMPARE_BINDINGS ? await compareBindings(slots) : [];
+
+  const raw = (rawBefore.perSecond + rawAfter.perSecond) / 2;
+  const ok = (r: LoadResult): boolean => Object.keys(r.statuses).every((s) => s === '201');
+  process.stdout.write(
+    '\n| raw verify/s (before, after) | logins/s saturated | % of raw | saturated p50 / p99 ms | CPU ms per login | offered/s (open loop) | answered/s | p50 / p99 / max ms | all 201 |\n' +
+      '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n' +
+      `| ${raw.toFixed(1)} (${rawBefore.perSecond.toFixed(1)}, ${rawAfter.perSecond.toFixed(1)}) | ${saturated.perSecond.toFixed(1)} | ${Math.round((100 * saturated.perSecond) / raw)} % | ` +
+      `${saturated.latencyMs.p50.toFixed(1)} / ${saturated.latencyMs.p99.toFixed(1)} | ${cpuMsPerLogin.toFixed(1)} | ${open.offeredPerSecond.toFixed(1)} | ${open.perSecond.toFixed(1)} | ` +
+      `${open.latencyMs.p50.toFixed(1)} / ${open.latencyMs.p99.toFixed(1)} / ${open.latencyMs.max.toFixed(1)} | ${ok(saturated) && ok(open) && open.unanswered === 0 ? 'yes' : 'NO'} |\n`,
+  );
+  if (bindings.length > 0) {
+    process.stdout.write(
+      '\n| binding | version | concurrency | verify/s (rounds) | p50 ms | verifies the others\' hashes |\n| --- | --- | ---: | ---: | ---: | --- |\n',
+    );
+    for (const row of bindings) {
+      const mean = row.rounds.reduce((sum, r) => sum + r.perSecond, 0) / row.rounds.length;
+      const p50 = row.rounds.reduce((sum, r) => sum + r.p50, 0) / row.rounds.length;
+      process.stdout.write(
+        `| ${row.binding.name} | ${row.binding.version} | ${row.concurrency}${row.binding.blocksEventLoop ? ' (event loop)' : ''} | ` +
+          `${mean.toFixed(1)} (${row.rounds.map((r) => r.perSecond.toFixed(1)).join(', ')}) | ${p50.toFixed(1)} | ${row.verifiesOthers ? 'yes' : 'NO'} |\n`,
+      );
+    }
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    process.stderr.write(`bench failed: ${error instanceof Error ? error.stack : String(error)}\n`);
+    process.exit(1);
+  },
+);

@@ -12,6 +12,7 @@ import { systemClock, type Clock } from './commands/handler';
 import { createUserCommands } from './commands/users';
 import { createDeviceCommands } from './commands/devices';
 import { createTunnel, type Tunnel } from './tunnel/tunnel';
+import { tunnelLimiterFrom } from './tunnel/limiter';
 import { createTokens } from './auth/tokens';
 import type { EventStore } from './infra/eventstore/port';
 import { comparePositions } from './infra/eventstore/port';
@@ -320,6 +321,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     server = createServer(app);
     tunnel = await createTunnel(server, {
       tokens,
+      limiter: tunnelLimiterFrom(limiter),
       eventStore: infra.eventStore,
       logger,
       clock,

@@ -1,3 +1,4 @@
+import type { RateLimiter, Tier } from '../ratelimit/limiter';
 /**
  * The hook for the per-socket limits of `tunnel:message` and `tunnel:subscribe`
  * (interface: 50 messages per 10 s, 10 subscribes per 60 s; decisions §6: per socket
@@ -29,3 +30,15 @@ const ALLOWED: LimitDecision = Object.freeze({ allowed: true, retryAfter: 0 });
 
 /** Until the rate-limit issue lands: everything is allowed. */
 export const unlimited: TunnelLimiter = { consume: () => ALLOWED };
+
+/** The tunnel tiers of the service's rate limiter: counted per principal, in Redis when distributed. */
+export function tunnelLimiterFrom(limiter: RateLimiter, onRejected?: (tier: Tier) => void): TunnelLimiter {
+  return {
+    async consume(kind, principal) {
+      const tier: Tier = kind === 'message' ? 'tunnelMessage' : 'tunnelSubscribe';
+      const decision = await limiter.consume(tier, `${principal.type}:${principal.id}`);
+      if (!decision.allowed) onRejected?.(tier);
+      return { allowed: decision.allowed, retryAfter: decision.retryAfter };
+    },
+  };
+}

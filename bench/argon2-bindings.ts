@@ -1,11 +1,17 @@
 /**
  * The argon2id bindings `npm run bench:login` compares at the service's parameters, loaded by
  * name so that only the one the service uses has to be installed: the others are measured
- * when present (`npm install --no-save argon2@0.45.1 hash-wasm@4.13.0` to repeat the
- * comparison in bench/README.md).
+ * when present: installed anywhere Node's `require` finds them, e.g. in a directory named by
+ * NODE_PATH (`npm install --prefix /tmp/argon2-alt argon2@0.45.1 hash-wasm@4.13.0`, then
+ * `NODE_PATH=/tmp/argon2-alt/node_modules npm run bench:login`), so the project's own
+ * dependencies stay as they are.
  */
+
+/** A CommonJS require: it looks in NODE_PATH too, which `import()` does not. */
+const load = createRequire(__filename);
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { ARGON2_OPTIONS } from '../src/auth/passwords';
 
 export interface Binding {
@@ -38,7 +44,7 @@ async function asBoolean(value: unknown): Promise<boolean> {
 }
 
 function versionOf(name: string): string {
-  const manifest: unknown = JSON.parse(readFileSync(require.resolve(`${name}/package.json`), 'utf8'));
+  const manifest: unknown = JSON.parse(readFileSync(load.resolve(`${name}/package.json`), 'utf8'));
   const version = typeof manifest === 'object' && manifest !== null ? (manifest as Record<string, unknown>).version : undefined;
   return typeof version === 'string' ? version : '?';
 }
@@ -86,7 +92,7 @@ export async function loadBinding(name: string): Promise<Binding | null> {
   if (loader === undefined) throw new Error(`unknown binding ${name}`);
   let module: unknown;
   try {
-    module = await import(name);
+    module = load(name);
   } catch {
     return null;
   }

@@ -3,9 +3,11 @@
  * bench/http-load.ts: the parent sends one `OpenLoadJob`, the child answers one
  * `OpenLoadResult` and exits). Requests arrive on a fixed schedule drawn in advance (Poisson
  * arrivals at `ratePerSecond`, seeded), whatever the server does: a slow answer does not
- * hold back the next request, as it would in a closed loop. Each request is sent on an idle
- * keep-alive connection, a new one is opened when none is idle (up to `maxConnections`), and
- * past that it waits for one. Latency runs from the scheduled arrival to the end of the
+ * hold back the next request, as it would in a closed loop. Each request is sent on the
+ * keep-alive connection idle the longest (so none idles into the server's keep-alive
+ * timeout), a new one is opened when none is idle (up to `maxConnections`), and past that it
+ * waits for one. A connection the server closes leaves the pool; a request in flight on it
+ * counts under the status `closed`. Latency runs from the scheduled arrival to the end of the
  * response, so time spent waiting on the client side counts too (no coordinated omission).
  */
 import { fork } from 'node:child_process';
@@ -102,6 +104,7 @@ export async function runOpenLoad(job: OpenLoadJob): Promise<OpenLoadResult> {
 
   const release = (connection: Connection): void => {
     const queued = waiting.shift();
+    if (connection.socket.destroyed) return;
     if (queued !== undefined) send(connection, queued);
     else {
       connection.scheduledAt = -1;
@@ -121,6 +124,17 @@ export async function runOpenLoad(job: OpenLoadJob): Promise<OpenLoadResult> {
         reject(error);
         onAllAnswered?.();
       });
+      socket.on('close', () => {
+        const at = idle.indexOf(connection);
+        if (at >= 0) idle.splice(at, 1);
+        if (connection.scheduledAt >= 0) {
+          latencies[completed] = now() - connection.scheduledAt;
+          completed++;
+          statuses.closed = (statuses.closed ?? 0) + 1;
+          connection.scheduledAt = -1;
+          if (completed === schedule.length) onAllAnswered?.();
+        }
+      });
       socket.on('data', (chunk: Buffer) => {
         connection.buffered = connection.buffered.length === 0 ? chunk : Buffer.concat([connection.buffered, chunk]);
         for (;;) {
@@ -137,7 +151,7 @@ export async function runOpenLoad(job: OpenLoadJob): Promise<OpenLoadResult> {
     });
 
   const dispatch = (index: number): void => {
-    const connection = idle.pop();
+    const connection = idle.shift();
     if (connection !== undefined) {
       send(connection, index);
       return;

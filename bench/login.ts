@@ -17,6 +17,7 @@
  * BENCH_RAW_SECONDS per raw measurement (5). Load generators run in child processes
  * (bench/http-load.ts closed loop, bench/http-open-load.ts open loop), all on 127.0.0.1.
  */
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ARGON2_OPTIONS, createPasswordHasher, defaultHashConcurrency } from '../src/auth/passwords';
 import { createAccount, type Account } from '../test/support/accounts';
@@ -25,12 +26,17 @@ import { startTestSmtpServer } from '../test/support/smtp';
 import { BINDING_NAMES, loadBinding, type Binding } from './argon2-bindings';
 import type { LoadJob, LoadRequest, LoadResult } from './http-load';
 import { runInChild, type OpenLoadJob, type OpenLoadResult } from './http-open-load';
+import { profiled } from './profile';
 
 const USERS = Number(process.env.BENCH_LOGIN_USERS ?? 64);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 16);
 const SATURATED_MS = Number(process.env.BENCH_SECONDS ?? 10) * 1000;
 const OPEN_MS = Number(process.env.BENCH_OPEN_SECONDS ?? 20) * 1000;
 const RAW_MS = Number(process.env.BENCH_RAW_SECONDS ?? 5) * 1000;
+/** The open loop's offered load as a fraction of the raw rate. */
+const OPEN_FRACTION = Number(process.env.BENCH_OPEN_FRACTION ?? 0.5);
+/** A directory: write CPU profiles of this process (the service's event loop) for the saturated and the open-loop phases. */
+const PROFILE_DIR = process.env.BENCH_PROFILE;
 /** Set to 0 to skip the comparison of bindings. */
 const COMPARE_BINDINGS = process.env.BENCH_BINDINGS !== '0';
 const LOGIN_PATH = '/api/v1/auth/login';
@@ -44,6 +50,43 @@ interface RateResult {
   readonly count: number;
   readonly p50: number;
   readonly p99: number;
+  /** CPU time of this whole process (every thread) per verification. */
+  readonly cpuMs: number;
+  readonly usage: string;
+}
+
+/** CPU time of this process's main thread (the event loop) in ms, from /proc on Linux (0 elsewhere). */
+function mainThreadCpuMs(): number {
+  try {
+    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime, fields 14 and 15 of the line (11 and 12 after the name), in clock ticks of 10 ms.
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return 0;
+  }
+}
+
+interface Usage {
+  readonly resources: NodeJS.ResourceUsage;
+  readonly mainThreadMs: number;
+}
+
+function usageNow(): Usage {
+  return { resources: process.resourceUsage(), mainThreadMs: mainThreadCpuMs() };
+}
+
+/** What this process spent per operation: CPU (all threads, and the event loop's), page faults, context switches. */
+function usagePer(start: Usage, count: number): string {
+  const after = process.resourceUsage();
+  const before = start.resources;
+  const per = (n: number): string => (n / Math.max(1, count)).toFixed(1);
+  return (
+    `per op: user ${per((after.userCPUTime - before.userCPUTime) / 1000)} ms, system ${per((after.systemCPUTime - before.systemCPUTime) / 1000)} ms ` +
+    `(event loop thread ${per(mainThreadCpuMs() - start.mainThreadMs)} ms), ` +
+    `minor faults ${per(after.minorPageFault - before.minorPageFault)}, voluntary switches ${per(after.voluntaryContextSwitches - before.voluntaryContextSwitches)}, ` +
+    `involuntary ${per(after.involuntaryContextSwitches - before.involuntaryContextSwitches)}, fs writes ${per(after.fsWrite - before.fsWrite)}`
+  );
 }
 
 function percentileOf(sorted: readonly number[], p: number): number {
@@ -68,10 +111,21 @@ async function verifyRate(verify: () => Promise<boolean>, concurrency: number, d
   };
   await run(1000);
   const started = performance.now();
+  const cpuBefore = process.cpuUsage();
+  const usageBefore = usageNow();
   const latencies = await run(durationMs);
+  const cpu = process.cpuUsage(cpuBefore);
+  const usage = usagePer(usageBefore, latencies.length);
   const elapsed = performance.now() - started;
   latencies.sort((a, b) => a - b);
-  return { perSecond: (latencies.length / elapsed) * 1000, count: latencies.length, p50: percentileOf(latencies, 50), p99: percentileOf(latencies, 99) };
+  return {
+    perSecond: (latencies.length / elapsed) * 1000,
+    count: latencies.length,
+    p50: percentileOf(latencies, 50),
+    p99: percentileOf(latencies, 99),
+    cpuMs: (cpu.user + cpu.system) / 1000 / Math.max(1, latencies.length),
+    usage,
+  };
 }
 
 /** The raw rate of the service's own hasher (binding, parameters, semaphore), without HTTP or anything else. */
@@ -91,7 +145,7 @@ function summary(r: LoadResult): string {
 }
 
 function rawSummary(r: RateResult): string {
-  return `${r.perSecond.toFixed(1)} verifications/s (${r.count}), p50 ${r.p50.toFixed(1)} ms, p99 ${r.p99.toFixed(1)} ms`;
+  return `${r.perSecond.toFixed(1)} verifications/s (${r.count}), p50 ${r.p50.toFixed(1)} ms, p99 ${r.p99.toFixed(1)} ms; ${r.usage}`;
 }
 
 async function createAccounts(service: Parameters<typeof createAccount>[0], smtp: Parameters<typeof createAccount>[1]): Promise<Account[]> {
@@ -163,7 +217,7 @@ async function main(): Promise<void> {
   let saturated: LoadResult;
   let rawAfter: RateResult;
   let open: OpenLoadResult;
-  let cpuMsPerLogin: number;
+  let cpuMsPerLogin: { readonly user: number; readonly system: number };
   try {
     const setupStarted = Date.now();
     const accounts = await createAccounts(service, smtp);
@@ -177,16 +231,20 @@ async function main(): Promise<void> {
     const warm = await closed('pass', 60_000);
     log(`warm-up, one login per user: ${summary(warm)}`);
     const cpuBefore = process.cpuUsage();
-    saturated = await closed('sustained', SATURATED_MS);
+    const usageBefore = usageNow();
+    saturated = await profiled(PROFILE_DIR, 'login-saturated', () => closed('sustained', SATURATED_MS));
     const cpu = process.cpuUsage(cpuBefore);
-    cpuMsPerLogin = (cpu.user + cpu.system) / 1000 / Math.max(1, saturated.requests);
-    log(`saturated (${CONNECTIONS} connections, closed loop): ${summary(saturated)}; service process CPU ${cpuMsPerLogin.toFixed(1)} ms per login`);
+    const usage = usagePer(usageBefore, saturated.requests);
+    cpuMsPerLogin = { user: cpu.user / 1000 / Math.max(1, saturated.requests), system: cpu.system / 1000 / Math.max(1, saturated.requests) };
+    log(
+      `saturated (${CONNECTIONS} connections, closed loop): ${summary(saturated)}; service process ${usage}`,
+    );
 
     rawAfter = await rawRate(slots);
     log(`raw verify (after): ${rawSummary(rawAfter)}`);
 
-    const rate = (rawBefore.perSecond + rawAfter.perSecond) / 4;
-    open = await runInChild<OpenLoadJob, OpenLoadResult>(join(__dirname, 'http-open-load.ts'), {
+    const rate = ((rawBefore.perSecond + rawAfter.perSecond) / 2) * OPEN_FRACTION;
+    open = await profiled(PROFILE_DIR, 'login-open', () => runInChild<OpenLoadJob, OpenLoadResult>(join(__dirname, 'http-open-load.ts'), {
       port,
       requests,
       body: '',
@@ -196,7 +254,7 @@ async function main(): Promise<void> {
       maxConnections: 256,
       seed: 8,
       drainTimeoutMs: 30_000,
-    });
+    }));
     log(
       `open loop at ${rate.toFixed(1)}/s offered (Poisson, ${open.offered} arrivals): ${summary(open)}; ` +
         `${open.unanswered} unanswered, ${open.connectionsUsed} connections, client send lag p99 ${open.sendLagMs.p99.toFixed(1)} ms`,
@@ -211,10 +269,10 @@ async function main(): Promise<void> {
   const raw = (rawBefore.perSecond + rawAfter.perSecond) / 2;
   const ok = (r: LoadResult): boolean => Object.keys(r.statuses).every((s) => s === '201');
   process.stdout.write(
-    '\n| raw verify/s (before, after) | logins/s saturated | % of raw | saturated p50 / p99 ms | CPU ms per login | offered/s (open loop) | answered/s | p50 / p99 / max ms | all 201 |\n' +
+    '\n| raw verify/s (before, after) | logins/s saturated | % of raw | saturated p50 / p99 ms | CPU ms per verify (raw) / per login | offered/s (open loop) | answered/s | p50 / p99 / max ms | all 201 |\n' +
       '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n' +
       `| ${raw.toFixed(1)} (${rawBefore.perSecond.toFixed(1)}, ${rawAfter.perSecond.toFixed(1)}) | ${saturated.perSecond.toFixed(1)} | ${Math.round((100 * saturated.perSecond) / raw)} % | ` +
-      `${saturated.latencyMs.p50.toFixed(1)} / ${saturated.latencyMs.p99.toFixed(1)} | ${cpuMsPerLogin.toFixed(1)} | ${open.offeredPerSecond.toFixed(1)} | ${open.perSecond.toFixed(1)} | ` +
+      `${saturated.latencyMs.p50.toFixed(1)} / ${saturated.latencyMs.p99.toFixed(1)} | ${((rawBefore.cpuMs + rawAfter.cpuMs) / 2).toFixed(1)} / ${(cpuMsPerLogin.user + cpuMsPerLogin.system).toFixed(1)} | ${open.offeredPerSecond.toFixed(1)} | ${open.perSecond.toFixed(1)} | ` +
       `${open.latencyMs.p50.toFixed(1)} / ${open.latencyMs.p99.toFixed(1)} / ${open.latencyMs.max.toFixed(1)} | ${ok(saturated) && ok(open) && open.unanswered === 0 ? 'yes' : 'NO'} |\n`,
   );
   if (bindings.length > 0) {

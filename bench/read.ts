@@ -1,8 +1,10 @@
 /**
  * `npm run bench:read`: `GET /devices` (page 1 of 20, online devices only, newest first: what
- * an app's device list asks) with BENCH_DEVICES devices (100,000) in the read model, in
- * embedded mode (memory read models) and in distributed mode against MongoDB (jongodb, the
- * test stand-in), next to a bare Express JSON GET measured in the same run: the same
+ * an app's device list asks) with BENCH_DEVICES devices (100,000) in the read model in
+ * embedded mode (memory read models), and in distributed mode against MongoDB (jongodb, the
+ * test stand-in) with BENCH_MONGO_DEVICES (10,000: jongodb's every insert and query costs
+ * time in proportion to the collection's size, so 100k would take most of an hour to load
+ * and seconds per query), next to a bare Express JSON GET measured in the same run: the same
  * requests, the same access-token check (a key built once), and the very body the service
  * must answer, looked up in a map and serialized with `res.json` — everything but the query.
  *
@@ -28,8 +30,6 @@
  * BENCH_MODES=embedded,distributed. BENCH_PROFILE=<dir> writes a CPU profile of this process
  * (the service) for each measured row.
  */
-import { writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
 import express from 'express';
 import { bearerToken, type Tokens } from '../src/auth/tokens';
@@ -39,15 +39,17 @@ import { DEVICES_COLLECTION, evolveDeviceDoc, type DeviceDoc } from '../src/proj
 import { startTestService, type Mode, type TestService } from '../test/support/harness';
 import type { LoadJob, LoadRequest, LoadResult } from './http-load';
 import { runInChild } from './http-open-load';
+import { profiled } from './profile';
 
 const DEVICES = Number(process.env.BENCH_DEVICES ?? 100_000);
+/** jongodb's every write and query costs time in proportion to the collection's size: see the README. */
+const MONGO_DEVICES = Number(process.env.BENCH_MONGO_DEVICES ?? 10_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 16);
 const MEASURE_MS = Number(process.env.BENCH_SECONDS ?? 5) * 1000;
 const MODES = (process.env.BENCH_MODES ?? 'embedded,distributed').split(',').map((m) => m.trim()) as Mode[];
 const PROFILE_DIR = process.env.BENCH_PROFILE;
 const CAPPED_USERS = 10;
 const CAP = 100;
-const FLEET_LINKS = Math.min(10_000, Math.floor(DEVICES / 10));
 const HOUSEHOLD_SAMPLE = 5_000;
 const PAGE = 20;
 const QUERY = `/api/v1/devices?page=1&limit=${PAGE}&online=true&sort=createdAt&order=desc`;
@@ -72,7 +74,7 @@ function prng(seed: number): () => number {
   };
 }
 
-const random = prng(100_000);
+let random = prng(1);
 const int = (below: number): number => Math.floor(random() * below);
 
 function uuid(): string {
@@ -144,6 +146,11 @@ interface Population {
   readonly fleet: string;
 }
 
+/** The fleet account is linked to a tenth of the devices, at most 10,000. */
+function fleetLinksFor(devices: number): number {
+  return Math.min(10_000, Math.floor(devices / 10));
+}
+
 function householdSize(): number {
   const r = random();
   if (r < 0.45) return 1;
@@ -153,12 +160,14 @@ function householdSize(): number {
   return 5 + int(6);
 }
 
-function buildPopulation(): Population {
+function buildPopulation(devices: number): Population {
+  random = prng(devices);
+  const fleetLinks = fleetLinksFor(devices);
   const plans: Link[][] = [];
   const households: string[] = [];
   const capped = Array.from({ length: CAPPED_USERS }, uuid);
   for (const owner of capped) for (let i = 0; i < CAP; i++) plans.push([{ userId: owner, role: 'owner' }]);
-  while (plans.length < DEVICES) {
+  while (plans.length < devices) {
     const owner = uuid();
     households.push(owner);
     const members: Link[] = [{ userId: owner, role: 'owner' }];
@@ -167,12 +176,12 @@ function buildPopulation(): Population {
       households.push(member);
       members.push({ userId: member, role: random() < 0.5 ? 'editor' : 'viewer' });
     }
-    for (let i = householdSize(); i > 0 && plans.length < DEVICES; i--) plans.push([...members]);
+    for (let i = householdSize(); i > 0 && plans.length < devices; i--) plans.push([...members]);
   }
   const fleet = uuid();
   // Every k-th household device gets the fleet account as a viewer.
-  const step = Math.floor((DEVICES - CAPPED_USERS * CAP) / FLEET_LINKS);
-  for (let linked = 0, i = CAPPED_USERS * CAP; linked < FLEET_LINKS && i < plans.length; i += step, linked++) {
+  const step = Math.floor((devices - CAPPED_USERS * CAP) / fleetLinks);
+  for (let linked = 0, i = CAPPED_USERS * CAP; linked < fleetLinks && i < plans.length; i += step, linked++) {
     (plans[i] as Link[]).push({ userId: fleet, role: 'viewer' });
   }
 
@@ -240,21 +249,6 @@ async function measure(port: number, callers: readonly Caller[]): Promise<LoadRe
   return load(port, callers, MEASURE_MS);
 }
 
-async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {
-  if (PROFILE_DIR === undefined) return work();
-  const session = new Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
-  try {
-    return await work();
-  } finally {
-    const { profile } = await session.post('Profiler.stop');
-    writeFileSync(join(PROFILE_DIR, `${name}.cpuprofile`), JSON.stringify(profile));
-    session.disconnect();
-  }
-}
-
 /** The bare server: the same token check and the same body, without the service's query. */
 async function startBare(tokens: Tokens, population: Population, callers: readonly Caller[]): Promise<{ port: number; close: () => Promise<void> }> {
   const pages = new Map<string, unknown>(callers.map((c) => [c.userId, expectedPage(population, c.userId)]));
@@ -316,13 +310,20 @@ async function check(service: TestService, population: Population, classes: read
 
 interface Row {
   readonly mode: Mode;
+  readonly devices: number;
   readonly callerClass: string;
   readonly devicesPerCaller: string;
   readonly service: LoadResult;
   readonly bare: readonly LoadResult[];
 }
 
-async function benchMode(mode: Mode, population: Population): Promise<Row[]> {
+async function benchMode(mode: Mode): Promise<Row[]> {
+  const started = Date.now();
+  const population = buildPopulation(mode === 'embedded' ? DEVICES : MONGO_DEVICES);
+  log(
+    `${mode}: population of ${population.docs.length} devices, ${population.byUser.size} users (${population.households.length} household members, ` +
+      `${population.capped.length} at the cap, 1 fleet account) built in ${((Date.now() - started) / 1000).toFixed(1)} s`,
+  );
   log(`${mode}: starting the service`);
   const service = await startTestService(mode, { LOG_LEVEL: 'warn' });
   const rows: Row[] = [];
@@ -334,7 +335,7 @@ async function benchMode(mode: Mode, population: Population): Promise<Row[]> {
     const classes: CallerClass[] = [
       { name: 'household member', callers: sample.map(caller) },
       { name: `owner at the cap (${CAP} devices)`, callers: population.capped.map(caller) },
-      { name: `fleet account (${FLEET_LINKS} links)`, callers: [caller(population.fleet)] },
+      { name: 'fleet account', callers: [caller(population.fleet)] },
     ];
     await check(service, population, classes);
     log(`${mode}: answers checked against the expected pages`);
@@ -347,11 +348,11 @@ async function benchMode(mode: Mode, population: Population): Promise<Row[]> {
       try {
         const before = await measure(bare.port, callerClass.callers);
         log(`${mode} / ${callerClass.name}: bare before: ${summary(before)}`);
-        const measured = await profiled(`read-${mode}-${callerClass.name.split(' ')[0] as string}`, () => measure(port, callerClass.callers));
+        const measured = await profiled(PROFILE_DIR, `read-${mode}-${callerClass.name.split(' ')[0] as string}`, () => measure(port, callerClass.callers));
         log(`${mode} / ${callerClass.name}: service: ${summary(measured)}`);
         const after = await measure(bare.port, callerClass.callers);
         log(`${mode} / ${callerClass.name}: bare after: ${summary(after)}`);
-        rows.push({ mode, callerClass: callerClass.name, devicesPerCaller, service: measured, bare: [before, after] });
+        rows.push({ mode, devices: population.docs.length, callerClass: callerClass.name, devicesPerCaller, service: measured, bare: [before, after] });
       } finally {
         await bare.close();
       }
@@ -363,26 +364,22 @@ async function benchMode(mode: Mode, population: Population): Promise<Row[]> {
 }
 
 async function main(): Promise<void> {
-  log(`read bench: ${DEVICES} devices, ${CONNECTIONS} connections, ${MEASURE_MS / 1000} s per measurement, GET ${QUERY}`);
-  const started = Date.now();
-  const population = buildPopulation();
   log(
-    `population: ${population.docs.length} devices, ${population.byUser.size} users (${population.households.length} household members, ` +
-      `${population.capped.length} at the cap, 1 fleet account) built in ${((Date.now() - started) / 1000).toFixed(1)} s`,
+    `read bench: ${DEVICES} devices embedded, ${MONGO_DEVICES} on jongodb, ${CONNECTIONS} connections, ${MEASURE_MS / 1000} s per measurement, GET ${QUERY}`,
   );
   const rows: Row[] = [];
-  for (const mode of MODES) rows.push(...(await benchMode(mode, population)));
+  for (const mode of MODES) rows.push(...(await benchMode(mode)));
 
   const ms = (n: number): string => n.toFixed(1);
   process.stdout.write(
-    '\n| mode | caller | devices per caller | GET /devices req/s | bare req/s (before, after) | % of bare | p50 ms | p99 ms | bare p99 ms | all 200 |\n' +
-      '| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n',
+    '\n| mode | devices | caller | devices per caller | GET /devices req/s | bare req/s (before, after) | % of bare | p50 ms | p99 ms | bare p99 ms | all 200 |\n' +
+      '| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n',
   );
   for (const r of rows) {
     const bare = r.bare.reduce((sum, b) => sum + b.perSecond, 0) / r.bare.length;
     const ok = Object.keys(r.service.statuses).every((s) => s === '200');
     process.stdout.write(
-      `| ${r.mode} | ${r.callerClass} | ${r.devicesPerCaller} | ${Math.round(r.service.perSecond)} | ${Math.round(bare)} (${r.bare.map((b) => Math.round(b.perSecond)).join(', ')}) | ` +
+      `| ${r.mode} | ${r.devices} | ${r.callerClass} | ${r.devicesPerCaller} | ${Math.round(r.service.perSecond)} | ${Math.round(bare)} (${r.bare.map((b) => Math.round(b.perSecond)).join(', ')}) | ` +
         `${Math.round((100 * r.service.perSecond) / bare)} % | ${ms(r.service.latencyMs.p50)} | ${ms(r.service.latencyMs.p99)} | ${ms(Math.max(...r.bare.map((b) => b.latencyMs.p99)))} | ${ok ? 'yes' : 'NO'} |\n`,
     );
   }

@@ -4,13 +4,16 @@ import Redis from 'ioredis';
 import type { Config, Secrets } from './config';
 import type { Logger } from './logger';
 import { createApp } from './api/app';
+import { createMetrics, type Metrics } from './metrics';
+import { instrumentEventStore } from './infra/eventstore/instrumented';
 import { rateLimit } from './api/rate-limit';
 import { createApiKeyMatcher } from './auth/api-keys';
 import { createMemoryRateLimiter, createRedisRateLimiter, type Tier } from './ratelimit/limiter';
 import type { ReadinessReport } from './api/routes/health';
-import { systemClock, type Clock } from './commands/handler';
+import { createStateCache, systemClock, type Clock, type StateCache } from './commands/handler';
 import { createUserCommands } from './commands/users';
-import { createDeviceCommands } from './commands/devices';
+import { createDeviceCommands, DEVICE_STATE_CACHE_SIZE } from './commands/devices';
+import type { DeviceState } from './domain/device';
 import { createTunnel, type Tunnel } from './tunnel/tunnel';
 import { tunnelLimiterFrom } from './tunnel/limiter';
 import { createTokens } from './auth/tokens';
@@ -64,13 +67,13 @@ interface Infrastructure {
 
 const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
 
-async function connectInfrastructure(config: Config, logger: Logger): Promise<Infrastructure> {
+async function connectInfrastructure(config: Config, logger: Logger, metrics: Metrics): Promise<Infrastructure> {
   if (config.mode === 'embedded') {
     const { secrets, file } = resolveEmbeddedSecrets(config);
     if (config.secrets.internalApiKeys === undefined) {
       logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
     }
-    const eventStore = await openEmbeddedEventStore(config.dataDir);
+    const eventStore = instrumentEventStore(await openEmbeddedEventStore(config.dataDir), metrics.eventStoreAppendSeconds);
     const readModels = await openMemoryReadModels(eventStore);
     const readStore = readModels.readStore;
     const watermark = createLocalWatermark();
@@ -97,7 +100,7 @@ async function connectInfrastructure(config: Config, logger: Logger): Promise<In
   const subscriber = new Redis(config.redisUrl, redisOptions);
   redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
-  const eventStore = createEsdbEventStore(config.eventStoreUrl);
+  const eventStore = instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), metrics.eventStoreAppendSeconds);
   const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
     isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
   });
@@ -184,7 +187,13 @@ function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger)
  * read model at start; BullMQ delayed jobs in Redis in distributed mode, worked by every
  * process with this role, and scheduled again whenever the connection to Redis comes back.
  */
-async function runExpiryRole(config: Config, infra: Infrastructure, logger: Logger, clock: Clock): Promise<ExpiryRole> {
+async function runExpiryRole(
+  config: Config,
+  infra: Infrastructure,
+  logger: Logger,
+  clock: Clock,
+  deviceStates: StateCache<DeviceState>,
+): Promise<ExpiryRole> {
   let lastWarned = 0;
   const warn = (error: unknown): void => {
     // Redis away: every reconnect attempt fails; one line per ten seconds says enough.
@@ -201,7 +210,7 @@ async function runExpiryRole(config: Config, infra: Infrastructure, logger: Logg
     eventStore: infra.eventStore,
     readStore: infra.readStore,
     scheduler,
-    presence: createPresenceCommands({ eventStore: infra.eventStore, clock, offlineAfterSeconds: config.offlineAfterSeconds }),
+    presence: createPresenceCommands({ eventStore: infra.eventStore, clock, offlineAfterSeconds: config.offlineAfterSeconds, deviceStates }),
     offlineAfterSeconds: config.offlineAfterSeconds,
     logger,
   });
@@ -211,9 +220,10 @@ async function runExpiryRole(config: Config, infra: Infrastructure, logger: Logg
 }
 
 /** Fail open, loudly: one log line per tier and minute while the counters' store is unreachable. */
-function onRateLimitStoreError(logger: Logger): (tier: Tier, error: Error) => void {
+function onRateLimitStoreError(logger: Logger, metrics: Metrics): (tier: Tier, error: Error) => void {
   const lastLogged = new Map<Tier, number>();
   return (tier, error) => {
+    metrics.rateLimitStoreErrors.inc({ tier });
     const now = Date.now();
     if (now - (lastLogged.get(tier) ?? 0) < 60_000) return;
     lastLogged.set(tier, now);
@@ -222,11 +232,14 @@ function onRateLimitStoreError(logger: Logger): (tier: Tier, error: Error) => vo
 }
 
 export async function startService(config: Config, logger: Logger, clock: Clock = systemClock): Promise<RunningService> {
-  const infra = await connectInfrastructure(config, logger);
+  const metrics = createMetrics();
+  const infra = await connectInfrastructure(config, logger, metrics);
   const roles = new Set(config.roles);
   const projector = roles.has('projector') ? runProjectorRole(config, infra, logger) : null;
   if (projector !== null) await projector.ready;
-  const expiry = roles.has('expiry') ? await runExpiryRole(config, infra, logger, clock) : null;
+  // Device states folded once per process: the heartbeat use case and the expiry jobs share them.
+  const deviceStates = createStateCache<DeviceState>(DEVICE_STATE_CACHE_SIZE);
+  const expiry = roles.has('expiry') ? await runExpiryRole(config, infra, logger, clock, deviceStates) : null;
 
   let server: Server | null = null;
   let tunnel: Tunnel | null = null;
@@ -285,6 +298,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       clock,
       readYourWritesTimeoutMs: config.readYourWritesTimeoutMs,
       maxDevicesPerUser: config.maxDevicesPerUser,
+      deviceStates,
     });
     mailer = config.smtpUrl !== undefined ? createSmtpMailer(config.smtpUrl, config.mailFrom) : createLogMailer(logger, config.mailFrom);
     auth = createAuthCommands({
@@ -305,9 +319,15 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     const limiter =
       infra.redis === null
         ? createMemoryRateLimiter(config.rateLimits)
-        : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger));
+        : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics));
     const app = createApp({
-      rateLimit: rateLimit({ limiter, tokens, matchApiKey: createApiKeyMatcher(infra.secrets.internalApiKeys) }),
+      rateLimit: rateLimit({
+        limiter,
+        tokens,
+        matchApiKey: createApiKeyMatcher(infra.secrets.internalApiKeys),
+        onRejected: (tier) => metrics.rateLimitRejections.inc({ tier }),
+      }),
+      metrics,
       logger,
       appOrigin: config.appOrigin,
       trustProxy: config.trustProxy,
@@ -321,7 +341,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     server = createServer(app);
     tunnel = await createTunnel(server, {
       tokens,
-      limiter: tunnelLimiterFrom(limiter),
+      limiter: tunnelLimiterFrom(limiter, (tier) => metrics.rateLimitRejections.inc({ tier })),
       eventStore: infra.eventStore,
       logger,
       clock,

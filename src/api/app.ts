@@ -1,5 +1,8 @@
 import express, { type Express, type RequestHandler } from 'express';
 import type { Logger } from '../logger';
+import type { Metrics } from '../metrics';
+import { observeRequests } from './observe';
+import { metricsRoutes } from './routes/metrics';
 import { errorMiddleware, notFoundHandler } from './http-errors';
 import { cors, requestId, requireJsonBody } from './middleware';
 import { healthRoutes, type HealthDeps } from './routes/health';
@@ -25,6 +28,7 @@ export interface AppDeps {
   readonly admin: AdminDeps;
   /** Counts every request against its tier before anything else can answer it. */
   readonly rateLimit: RequestHandler;
+  readonly metrics: Metrics;
 }
 
 /** The HTTP API: every route lives under /api/v1; unknown routes answer 404 JSON. */
@@ -35,6 +39,7 @@ export function createApp(deps: AppDeps): Express {
   app.set('trust proxy', deps.trustProxy ?? false);
 
   app.use(requestId);
+  app.use(observeRequests(deps.logger, deps.metrics));
   app.use(deps.rateLimit);
   app.use(cors(deps.appOrigin));
   app.use(requireJsonBody);
@@ -49,6 +54,7 @@ export function createApp(deps: AppDeps): Express {
   v1.use('/devices', auditRoutes(deps.audit));
   v1.use('/admin', adminRoutes(deps.admin));
   app.use('/api/v1', v1);
+  app.use(metricsRoutes(deps.metrics.registry));
 
   app.use(notFoundHandler);
   app.use(errorMiddleware(deps.logger));

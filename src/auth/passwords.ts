@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { argon2id, hash as argon2Hash, verify as argon2Verify } from 'argon2';
+import { Algorithm, hash as argon2Hash, verify as argon2Verify } from '@node-rs/argon2';
 
 /**
  * Password hashing (decisions §3): argon2id at OWASP's minimum, m = 19 MiB, t = 2, p = 1.
@@ -10,12 +10,17 @@ import { argon2id, hash as argon2Hash, verify as argon2Verify } from 'argon2';
  *
  * A login for an address nobody has verifies against a dummy hash built once with the same
  * parameters, so it costs what a wrong password costs.
+ *
+ * The binding is `@node-rs/argon2` (Rust), about twice as fast as `argon2` (node-argon2) at
+ * these parameters on the same machine (bench/README.md, `npm run bench:login`). Both write
+ * and read standard PHC strings (`$argon2id$v=19$m=…,t=…,p=…$salt$hash`), so hashes stored
+ * by either verify with the other; a hash's own parameters are read from its string.
  */
 export const PASSWORD_MIN_LENGTH = 8;
 export const PASSWORD_MAX_LENGTH = 128;
 
 export const ARGON2_OPTIONS = {
-  type: argon2id,
+  algorithm: Algorithm.Argon2id,
   memoryCost: 19_456,
   timeCost: 2,
   parallelism: 1,

@@ -21,13 +21,13 @@ import type { ReadStore } from '../infra/readstore/port';
 import { countOwnedDevices } from '../projections/devices';
 import { findUserByEmail } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
-import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand } from './handler';
+import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
 
 /** `heartbeat-<uuid>` keeps a week: enough for the offline expiry and for auditors, never a long read. */
 export const HEARTBEAT_MAX_AGE_SECONDS = 7 * 24 * 60 * 60;
 
 /** Device states kept folded per process (a few hundred bytes each), so a heartbeat reads only what is new. */
-const DEVICE_STATE_CACHE_SIZE = 20_000;
+export const DEVICE_STATE_CACHE_SIZE = 20_000;
 
 export interface DeviceCommandDeps {
   readonly eventStore: EventStore;
@@ -36,6 +36,8 @@ export interface DeviceCommandDeps {
   readonly clock: Clock;
   readonly readYourWritesTimeoutMs: number;
   readonly maxDevicesPerUser: number;
+  /** Folded device states, shared with the expiry worker of this process (src/commands/presence.ts). */
+  readonly deviceStates?: StateCache<DeviceState>;
 }
 
 export interface RegisterDeviceInput {
@@ -96,7 +98,7 @@ function actingUser(ctx: CommandContext): string {
 
 export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
   const { eventStore, readStore, clock } = deps;
-  const cache = createStateCache<DeviceState>(DEVICE_STATE_CACHE_SIZE);
+  const cache = deps.deviceStates ?? createStateCache<DeviceState>(DEVICE_STATE_CACHE_SIZE);
 
   const run = (uuid: string, command: DeviceCommand, ctx: CommandContext): Promise<HandledCommand<DeviceState, DeviceEvent>> =>
     handleCommand(eventStore, deviceDecider, deviceStream(uuid), command, ctx, clock, { cache });

@@ -3,7 +3,7 @@ import { deviceDecider, offlineDeadline, type DeviceState, type HeartbeatReceive
 import { deviceStream, heartbeatStream } from '../domain/events';
 import type { Actor } from '../domain/messages';
 import type { EventStore } from '../infra/eventstore/port';
-import { createStateCache, handleCommand, newCommandContext, type Clock, type CommandContext } from './handler';
+import { createStateCache, handleCommand, newCommandContext, type Clock, type CommandContext, type StateCache } from './handler';
 
 /**
  * Presence expiry (decisions §4): what an expiry job does when it fires. It reads the newest
@@ -28,6 +28,11 @@ export interface PresenceCommandDeps {
   readonly eventStore: EventStore;
   readonly clock: Clock;
   readonly offlineAfterSeconds: number;
+  /**
+   * Folded device states. In a process that also runs the API, share its cache: the API has
+   * every device that sends heartbeats folded already, so a job reads only what is new.
+   */
+  readonly deviceStates?: StateCache<DeviceState>;
 }
 
 export interface LastHeartbeat {
@@ -58,14 +63,15 @@ export function nextCheckAt(outcome: ExpiryOutcome): number | null {
 
 export function createPresenceCommands(deps: PresenceCommandDeps): PresenceCommands {
   const { eventStore, clock, offlineAfterSeconds } = deps;
-  const cache = createStateCache<DeviceState>(EXPIRY_STATE_CACHE_SIZE);
+  const cache = deps.deviceStates ?? createStateCache<DeviceState>(EXPIRY_STATE_CACHE_SIZE);
 
   const lastHeartbeat = async (uuid: string): Promise<LastHeartbeat | null> => {
+    let newest: LastHeartbeat | null = null;
+    // Read to the end (one event) rather than leave the loop: a read left early is cancelled.
     for await (const recorded of eventStore.readStream(heartbeatStream(uuid), { direction: 'backwards', maxCount: 1 })) {
-      if (recorded.type !== 'HeartbeatReceived') return null;
-      return { at: (recorded.data as HeartbeatReceived['data']).receivedAt, revision: recorded.revision };
+      if (recorded.type === 'HeartbeatReceived') newest = { at: (recorded.data as HeartbeatReceived['data']).receivedAt, revision: recorded.revision };
     }
-    return null;
+    return newest;
   };
 
   const context = (): CommandContext => newCommandContext(EXPIRY_ACTOR, randomUUID());

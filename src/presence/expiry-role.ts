@@ -34,6 +34,8 @@ export interface ExpiryRoleDeps {
   readonly logger: Logger;
   /** Schedules in flight at once while the feed catches up. */
   readonly concurrency?: number;
+  /** Told of every device this process's jobs took offline (for `offline_expiries_total`). */
+  readonly onOffline?: (uuid: string) => void;
 }
 
 export interface ExpiryRole {
@@ -75,7 +77,10 @@ export async function startExpiryRole(deps: ExpiryRoleDeps): Promise<ExpiryRole>
 
   await scheduler.start(async (uuid) => {
     const outcome = await presence.expire(uuid);
-    if (outcome.kind === 'offline') logger.debug({ uuid }, 'device went offline: heartbeat timeout');
+    if (outcome.kind === 'offline') {
+      logger.debug({ uuid }, 'device went offline: heartbeat timeout');
+      deps.onOffline?.(uuid);
+    }
     return nextCheckAt(outcome);
   });
 

@@ -13,6 +13,18 @@ describe('password hashing', () => {
     expect(await hasher.verify('not-a-hash', 'anything')).toBe(false);
   });
 
+  test('hashes stored by the earlier binding (argon2 0.45, node-argon2) still verify, whatever their parameters', async () => {
+    // Written by node-argon2, which orders the parameters m, p, t; the second at other parameters.
+    const stored = [
+      '$argon2id$v=19$m=19456,p=1,t=2$fRmQ8oSWgcK9lBHxbynYkA$D1Yjxo9CALrqoxtLUEav8zm4EIICzt6OvLKuNlo6rsc',
+      '$argon2id$v=19$m=4096,p=1,t=3$hBe612jdmISXj6CsyTGtyg$ymb1dXERVXSuguMx24XFGJB9T27QcbQ9gMrK9Xv5Lok',
+    ];
+    for (const hash of stored) {
+      expect(await hasher.verify(hash, 'correct horse battery')).toBe(true);
+      expect(await hasher.verify(hash, 'correct horse battery!')).toBe(false);
+    }
+  });
+
   test('verifying nothing answers false after the cost of a real verification', async () => {
     const hash = await hasher.hash('some password');
     await hasher.verifyNothing('warm-up');

@@ -86,16 +86,32 @@ function toEventMetadata(event: ClientRecordedEvent): EventMetadata {
   return event.metadata;
 }
 
+/** Reads of at most this many events are drained rather than cancelled when left early. */
+const DRAIN_LIMIT = 1000;
+
 /**
- * Yields a client read; when left early (break, return, error), stops the gRPC call so that
+ * Yields a client read; when left early (break, return, error), ends the gRPC call so that
  * nothing stays open: the client pipes the call into the read, and once the read is destroyed
  * an unfinished call is paused forever (and `client.dispose()` would wait for it).
+ *
+ * A `bounded` read (at most DRAIN_LIMIT events) is drained to its end, never cancelled: every
+ * cancel resets an HTTP/2 stream, and servers protect themselves from floods of resets
+ * ("rapid reset", CVE-2023-44487: nghttp2 under the stand-in, Kestrel under EventStoreDB) by
+ * closing the connection — a few thousand `maxCount: 1` reads left after their event were
+ * enough to bring the client's session down here.
  */
-async function* consume<T>(read: StreamingRead<T>): AsyncGenerator<T> {
+async function* consume<T>(read: StreamingRead<T>, bounded = false): AsyncGenerator<T> {
   let source: Readable | undefined;
+  /** The call has its status: it is over, whatever is still buffered. */
+  let finished = false;
   const onPipe = (...args: unknown[]): void => {
     const [piped] = args;
-    if (piped instanceof Readable) source = piped;
+    if (piped instanceof Readable) {
+      source = piped;
+      piped.once('status', () => {
+        finished = true;
+      });
+    }
   };
   read.once('pipe', onPipe);
   let completed = false;
@@ -104,9 +120,7 @@ async function* consume<T>(read: StreamingRead<T>): AsyncGenerator<T> {
     for await (const item of read) yield item;
     completed = true;
   } catch (error) {
-    // The read failed by itself (e.g. stream not found): its call ends on its own. Cancelling
-    // it anyway resets an HTTP/2 stream the server already closed, and a few thousand of
-    // those (one per read of a missing stream) bring the client's session down.
+    // The read failed by itself (e.g. stream not found): its call ends on its own.
     failed = true;
     throw error;
   } finally {
@@ -114,8 +128,12 @@ async function* consume<T>(read: StreamingRead<T>): AsyncGenerator<T> {
     if (!completed) {
       // Nobody iterates any more: a late error must not become an unhandled 'error' event.
       read.on('error', () => undefined);
-      if (!failed) await read.cancel().catch(() => undefined); // a call still streaming ends with a cancellation
-      source?.resume(); // a call already answered drains to its end
+      // Only a long read still streaming is cancelled; see above.
+      if (!failed && !finished && !bounded) await read.cancel().catch(() => undefined);
+      // A call already answered drains to its end. Unpipe first: a source left without
+      // destinations is paused by Node, which would otherwise undo the resume a tick later.
+      source?.unpipe();
+      source?.resume();
     }
   }
 }
@@ -131,7 +149,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
 
   /** Position of the newest record of any kind in $all (system events included). */
   async function newestLogPosition(): Promise<GlobalPosition | null> {
-    for await (const resolved of consume(client.readAll({ direction: BACKWARDS, fromPosition: END, maxCount: 1 }))) {
+    for await (const resolved of consume(client.readAll({ direction: BACKWARDS, fromPosition: END, maxCount: 1 }), true)) {
       if (resolved.event !== undefined) return toPosition(resolved.event.position);
     }
     return null;
@@ -141,7 +159,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
   async function positionOfRevision(streamName: string, revision: bigint): Promise<GlobalPosition | null> {
     const read = client.readStream(streamName, { direction: BACKWARDS, fromRevision: revision, maxCount: 1 });
     try {
-      for await (const resolved of consume(read)) {
+      for await (const resolved of consume(read, true)) {
         if (resolved.event !== undefined && resolved.event.revision === revision) return toRecordedEvent(resolved.event).position;
       }
     } catch (error) {
@@ -183,7 +201,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
       ...(options.maxCount !== undefined ? { maxCount: options.maxCount } : {}),
     });
     try {
-      for await (const resolved of consume(read)) {
+      for await (const resolved of consume(read, options.maxCount !== undefined && options.maxCount <= DRAIN_LIMIT)) {
         if (resolved.event !== undefined) yield toRecordedEvent(resolved.event);
       }
     } catch (error) {
@@ -309,7 +327,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
       });
       let progressed = false;
       let found: GlobalPosition | null = null;
-      for await (const resolved of consume(read)) {
+      for await (const resolved of consume(read, true)) {
         const event = resolved.event;
         if (event === undefined) continue;
         const position = toPosition(event.position);

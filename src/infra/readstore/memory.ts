@@ -64,8 +64,9 @@ interface Entry {
  */
 interface EqualityIndex {
   readonly read: Getter;
-  readonly buckets: Map<Scalar, Set<string>>;
-  readonly others: Set<string>;
+  /** The stored documents themselves, not their ids: a lookup needs no second map access per document. */
+  readonly buckets: Map<Scalar, Set<Stored>>;
+  readonly others: Set<Stored>;
 }
 
 interface UniqueIndex {
@@ -177,11 +178,8 @@ class MemoryCollection implements ReadCollection<Stored> {
       for (const { doc } of this.entries.values()) if (matchesAll(where, doc)) result.push(doc);
       return result;
     }
-    const collect = (ids: Iterable<string>, conditions: CompiledWhere): void => {
-      for (const id of ids) {
-        const entry = this.entries.get(id);
-        if (entry !== undefined && matchesAll(conditions, entry.doc)) result.push(entry.doc);
-      }
+    const collect = (docs: Iterable<Stored>, conditions: CompiledWhere): void => {
+      for (const doc of docs) if (matchesAll(conditions, doc)) result.push(doc);
     };
     // A document in the bucket of one of the condition's values meets that condition, so only
     // the rest are tested (not reading the indexed field saves most of a lookup's time).
@@ -191,18 +189,18 @@ class MemoryCollection implements ReadCollection<Stored> {
   }
 
   /**
-   * The smallest set of ids an equality index narrows the query to (the ids in the buckets of
-   * the condition's values, and the index's `others`, which still need every test), or
+   * The smallest set of documents an equality index narrows the query to (those in the buckets
+   * of the condition's values, and the index's `others`, which still need every test), or
    * undefined to scan everything.
    */
-  private candidates(where: CompiledWhere): { readonly condition: Condition; readonly inBuckets: Iterable<string>; readonly others: Iterable<string> } | undefined {
-    let best: { readonly condition: Condition; readonly buckets: ReadonlyArray<ReadonlySet<string>>; readonly others: ReadonlySet<string>; readonly size: number } | undefined;
+  private candidates(where: CompiledWhere): { readonly condition: Condition; readonly inBuckets: Iterable<Stored>; readonly others: Iterable<Stored> } | undefined {
+    let best: { readonly condition: Condition; readonly buckets: ReadonlyArray<ReadonlySet<Stored>>; readonly others: ReadonlySet<Stored>; readonly size: number } | undefined;
     for (const condition of where) {
       const index = this.equalityIndexes.get(condition.field);
       if (index === undefined) continue;
       const values = condition.lookup;
       if (values === undefined) continue;
-      const buckets: Array<ReadonlySet<string>> = [];
+      const buckets: Array<ReadonlySet<Stored>> = [];
       let size = index.others.size;
       for (const value of new Set(values)) {
         const bucket = index.buckets.get(value);
@@ -215,10 +213,10 @@ class MemoryCollection implements ReadCollection<Stored> {
     if (best === undefined) return undefined;
     const { condition, buckets, others } = best;
     if (buckets.length <= 1) return { condition, inBuckets: buckets[0] ?? [], others };
-    // A multikey document can sit in several of the buckets looked up: each id once.
-    const ids = new Set<string>();
-    for (const bucket of buckets) for (const id of bucket) ids.add(id);
-    return { condition, inBuckets: ids, others };
+    // A multikey document can sit in several of the buckets looked up: each once.
+    const docs = new Set<Stored>();
+    for (const bucket of buckets) for (const doc of bucket) docs.add(doc);
+    return { condition, inBuckets: docs, others };
   }
 
   private checkUnique(doc: Stored): Map<UniqueIndex, string> {
@@ -240,11 +238,11 @@ class MemoryCollection implements ReadCollection<Stored> {
   private unindex(doc: Stored): void {
     for (const index of this.equalityIndexes.values()) {
       const keys = equalityKeys(index.read(doc));
-      if (keys === undefined) index.others.delete(doc.id);
+      if (keys === undefined) index.others.delete(doc);
       else {
         for (const key of keys) {
           const bucket = index.buckets.get(key);
-          bucket?.delete(doc.id);
+          bucket?.delete(doc);
           if (bucket?.size === 0) index.buckets.delete(key);
         }
       }
@@ -259,7 +257,7 @@ class MemoryCollection implements ReadCollection<Stored> {
 function addToEqualityIndex(index: EqualityIndex, doc: Stored): void {
   const keys = equalityKeys(index.read(doc));
   if (keys === undefined) {
-    index.others.add(doc.id);
+    index.others.add(doc);
     return;
   }
   for (const key of keys) {
@@ -268,7 +266,7 @@ function addToEqualityIndex(index: EqualityIndex, doc: Stored): void {
       bucket = new Set();
       index.buckets.set(key, bucket);
     }
-    bucket.add(doc.id);
+    bucket.add(doc);
   }
 }
 

@@ -193,6 +193,7 @@ async function runExpiryRole(
   logger: Logger,
   clock: Clock,
   deviceStates: StateCache<DeviceState>,
+  metrics: Metrics,
 ): Promise<ExpiryRole> {
   let lastWarned = 0;
   const warn = (error: unknown): void => {
@@ -213,6 +214,7 @@ async function runExpiryRole(
     presence: createPresenceCommands({ eventStore: infra.eventStore, clock, offlineAfterSeconds: config.offlineAfterSeconds, deviceStates }),
     offlineAfterSeconds: config.offlineAfterSeconds,
     logger,
+    onOffline: () => metrics.offlineExpiries.inc(),
   });
   // Embedded: the read model is complete by now, so every deadline is restored before the API opens.
   if (config.mode === 'embedded') await role.ready;
@@ -239,7 +241,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   if (projector !== null) await projector.ready;
   // Device states folded once per process: the heartbeat use case and the expiry jobs share them.
   const deviceStates = createStateCache<DeviceState>(DEVICE_STATE_CACHE_SIZE);
-  const expiry = roles.has('expiry') ? await runExpiryRole(config, infra, logger, clock, deviceStates) : null;
+  const expiry = roles.has('expiry') ? await runExpiryRole(config, infra, logger, clock, deviceStates, metrics) : null;
 
   let server: Server | null = null;
   let tunnel: Tunnel | null = null;
@@ -299,6 +301,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       readYourWritesTimeoutMs: config.readYourWritesTimeoutMs,
       maxDevicesPerUser: config.maxDevicesPerUser,
       deviceStates,
+      onHeartbeat: () => metrics.heartbeats.inc(),
     });
     mailer = config.smtpUrl !== undefined ? createSmtpMailer(config.smtpUrl, config.mailFrom) : createLogMailer(logger, config.mailFrom);
     auth = createAuthCommands({

@@ -38,6 +38,8 @@ export interface DeviceCommandDeps {
   readonly maxDevicesPerUser: number;
   /** Folded device states, shared with the expiry worker of this process (src/commands/presence.ts). */
   readonly deviceStates?: StateCache<DeviceState>;
+  /** Told of every accepted heartbeat (for `heartbeats_accepted_total`). */
+  readonly onHeartbeat?: () => void;
 }
 
 export interface RegisterDeviceInput {
@@ -218,6 +220,7 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
       deviceDecider.decide(command, known.state); // 401 for a revoked token, before the heartbeat is recorded
       const beat = await eventStore.append(heartbeatStream(uuid), toNewEvents([heartbeatReceived(command)], ctx, now), 'any');
       const result = await run(uuid, command, ctx);
+      deps.onHeartbeat?.();
       await settle(result.position ?? beat.position);
       return { id: active(result.state).id, isOnline: true, lastSeenAt: now };
     },

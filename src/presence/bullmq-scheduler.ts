@@ -118,7 +118,7 @@ export function createBullmqExpiryScheduler(options: BullmqSchedulerOptions): Ex
       closed = true;
       await worker?.close();
       await queue.close();
-      await Promise.allSettled([queueConnection.quit(), workerConnection.quit()]);
+      // disconnect, not quit: quit would wait for a Redis that may be away.
       queueConnection.disconnect();
       workerConnection.disconnect();
     },

@@ -149,8 +149,9 @@ export async function startExpiryRole(deps: ExpiryRoleDeps): Promise<ExpiryRole>
     async stop() {
       stopped = true;
       await subscription?.close();
-      await loop;
+      // Closing the scheduler first fails a schedule still waiting for Redis, so the feed ends.
       await scheduler.close();
+      await loop;
     },
   };
 }

@@ -139,6 +139,12 @@ describe.each(MODES)('presence in %s mode', (mode: Mode) => {
     await waitForOffline(service, live);
     expectInWindow((await offlineEvents(service, live))[0], liveSeen ?? '', WINDOW);
     expect((await presenceEvents(service, live)).map((e) => e.type)).toEqual(['DeviceWentOnline', 'DeviceWentOffline']);
+
+    // GET /metrics counts them (this service's expiry worker took all three offline).
+    const metrics = await fetch(`${service.baseUrl}/metrics`).then((res) => res.text());
+    const counter = (name: string): number => Number(new RegExp(`^${name}\\{[^}]*\\} (\\d+)`, 'm').exec(metrics)?.[1] ?? -1);
+    expect(counter('offline_expiries_total')).toBeGreaterThanOrEqual(3);
+    expect(counter('heartbeats_accepted_total')).toBeGreaterThanOrEqual(5);
   }, 40_000);
 });
 

@@ -4,11 +4,11 @@ import type { EventStore } from '../../src/infra/eventstore/port';
 import { startEsdbStandin, type EsdbStandin } from '../support/esdb-standin';
 
 /**
- * Presence expiry reads the newest heartbeat of a device (`maxCount: 1`, left after its event)
- * and registration reads a stream that does not exist yet, thousands of times an hour. Each
- * such read must end without resetting its HTTP/2 stream: servers close a connection that
- * resets streams in bulk ("rapid reset" protection), which took this client's session down
- * after ~4,000 such reads.
+ * Reads of the newest event of a stream (`maxCount: 1`, often left right after that event) and
+ * reads of a stream that does not exist yet (every registration) come thousands an hour. Each
+ * such read must end without resetting its HTTP/2 stream: HTTP/2 servers may close a
+ * connection that resets streams in bulk ("rapid reset" mitigations); the stand-in's did,
+ * taking this client's session down after ~4,000 such reads.
  */
 describe('EventStoreDB adapter: many short reads', () => {
   let standin: EsdbStandin;

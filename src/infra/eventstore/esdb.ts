@@ -95,10 +95,10 @@ const DRAIN_LIMIT = 1000;
  * an unfinished call is paused forever (and `client.dispose()` would wait for it).
  *
  * A `bounded` read (at most DRAIN_LIMIT events) is drained to its end, never cancelled: every
- * cancel resets an HTTP/2 stream, and servers protect themselves from floods of resets
- * ("rapid reset", CVE-2023-44487: nghttp2 under the stand-in, Kestrel under EventStoreDB) by
- * closing the connection — a few thousand `maxCount: 1` reads left after their event were
- * enough to bring the client's session down here.
+ * cancel resets an HTTP/2 stream, and HTTP/2 servers may close a connection whose client
+ * resets streams in bulk ("rapid reset" mitigations, CVE-2023-44487). Under the stand-in
+ * (nghttp2) a few thousand `maxCount: 1` reads left after their event brought the client's
+ * session down.
  */
 async function* consume<T>(read: StreamingRead<T>, bounded = false): AsyncGenerator<T> {
   let source: Readable | undefined;

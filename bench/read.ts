@@ -295,10 +295,13 @@ async function fill(service: TestService, population: Population): Promise<numbe
   return (Date.now() - started) / 1000;
 }
 
-/** The service must answer exactly what the population says, for a sample of each class. */
-async function check(service: TestService, population: Population, classes: readonly CallerClass[]): Promise<void> {
+/** The service must answer exactly what the population says, for a sample of each class. Returns the mean latency, one request at a time. */
+async function check(service: TestService, population: Population, classes: readonly CallerClass[]): Promise<number> {
+  const started = performance.now();
+  let count = 0;
   for (const { name, callers } of classes) {
     for (const caller of callers.slice(0, 100)) {
+      count++;
       const res = await fetch(`${service.baseUrl}${QUERY}`, { headers: { Authorization: `Bearer ${caller.token}` } });
       const body: unknown = await res.json();
       if (res.status !== 200 || JSON.stringify(body) !== JSON.stringify(expectedPage(population, caller.userId))) {
@@ -306,6 +309,7 @@ async function check(service: TestService, population: Population, classes: read
       }
     }
   }
+  return (performance.now() - started) / count;
 }
 
 interface Row {
@@ -337,8 +341,8 @@ async function benchMode(mode: Mode): Promise<Row[]> {
       { name: `owner at the cap (${CAP} devices)`, callers: population.capped.map(caller) },
       { name: 'fleet account', callers: [caller(population.fleet)] },
     ];
-    await check(service, population, classes);
-    log(`${mode}: answers checked against the expected pages`);
+    const sequentialMs = await check(service, population, classes);
+    log(`${mode}: answers checked against the expected pages; one request at a time (fetch): ${sequentialMs.toFixed(1)} ms each on average`);
     const port = Number(new URL(service.baseUrl).port);
     for (const callerClass of classes) {
       const counts = callerClass.callers.map((c) => population.byUser.get(c.userId)?.length ?? 0);

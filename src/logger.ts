@@ -14,20 +14,16 @@ export function createLogger(level: string, destination?: pino.DestinationStream
       timestamp: pino.stdTimeFunctions.isoTime,
       redact: {
         paths: [
-          'password',
-          '*.password',
-          'token',
-          '*.token',
-          'refreshToken',
-          '*.refreshToken',
-          'accessToken',
-          '*.accessToken',
+          // At the top, one level down (`{user: {...}}`) and two (`{req: {body: {...}}}`).
+          ...['password', 'token', 'refreshToken', 'accessToken', 'resetToken', 'resetLink', 'link', 'apiKey', 'secret'].flatMap((key) => [
+            key,
+            `*.${key}`,
+            `*.*.${key}`,
+          ]),
           'headers.authorization',
           'headers["x-internal-api-key"]',
           '*.headers.authorization',
           '*.headers["x-internal-api-key"]',
-          'apiKey',
-          'secret',
         ],
         censor: '[redacted]',
       },

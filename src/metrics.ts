@@ -19,15 +19,29 @@ export interface Metrics {
   readonly rateLimitStoreErrors: Counter<'tier'>;
   readonly logins: Counter<'outcome'>;
   readonly passwordHashesWaiting: Gauge;
+  /** Where the gauges read their values at each scrape; parts of the service fill it in as they start. */
+  readonly sources: MetricSources;
 }
+
+/** Values read at scrape time rather than counted as they happen. */
+export interface MetricSources {
+  tunnel?: () => { readonly appSockets: number; readonly deviceSockets: number };
+  passwordHashesWaiting?: () => number;
+  projectorLag?: () => { readonly events: number; readonly ms: number };
+}
+
+export type LoginOutcome = 'succeeded' | 'failed';
+export type RelayDirection = 'to_device' | 'to_apps';
 
 export function createMetrics(): Metrics {
   const registry = new Registry();
   registry.setDefaultLabels({ service: 'home-hub-cloud' });
   collectDefaultMetrics({ register: registry });
   const on = { registers: [registry] };
-  return {
+  const sources: MetricSources = {};
+  const metrics: Metrics = {
     registry,
+    sources,
     httpRequests: new Counter({ name: 'http_requests_total', help: 'HTTP requests by route template and status', labelNames: ['method', 'route', 'status'], ...on }),
     httpDuration: new Histogram({
       name: 'http_request_duration_seconds',
@@ -36,8 +50,23 @@ export function createMetrics(): Metrics {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
       ...on,
     }),
-    tunnelSockets: new Gauge({ name: 'tunnel_sockets', help: 'Open tunnel sockets by kind (app, device)', labelNames: ['kind'], ...on }),
-    tunnelMessages: new Counter({ name: 'tunnel_messages_relayed_total', help: 'Tunnel messages relayed by direction', labelNames: ['direction'], ...on }),
+    tunnelSockets: new Gauge({
+      name: 'tunnel_sockets',
+      help: 'Open tunnel sockets on this process by kind (app, device)',
+      labelNames: ['kind'],
+      collect() {
+        const stats = sources.tunnel?.() ?? { appSockets: 0, deviceSockets: 0 };
+        this.set({ kind: 'app' }, stats.appSockets);
+        this.set({ kind: 'device' }, stats.deviceSockets);
+      },
+      ...on,
+    }),
+    tunnelMessages: new Counter({
+      name: 'tunnel_messages_relayed_total',
+      help: 'Tunnel messages relayed by this process, by direction (to_device, to_apps)',
+      labelNames: ['direction'],
+      ...on,
+    }),
     heartbeats: new Counter({ name: 'heartbeats_accepted_total', help: 'Device heartbeats accepted', ...on }),
     offlineExpiries: new Counter({ name: 'offline_expiries_total', help: 'Devices marked offline after heartbeat silence', ...on }),
     eventStoreAppendSeconds: new Histogram({
@@ -46,11 +75,36 @@ export function createMetrics(): Metrics {
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
       ...on,
     }),
-    projectorLagEvents: new Gauge({ name: 'projector_lag_events', help: 'Events appended by this process that the projections have not applied yet', ...on }),
-    projectorLagMs: new Gauge({ name: 'projector_lag_milliseconds', help: 'How long the projections have been behind the event store', ...on }),
+    projectorLagEvents: new Gauge({
+      name: 'projector_lag_events',
+      help: 'Events appended by this process that the projections have not applied yet (sum over processes: the whole lag)',
+      collect() {
+        this.set(sources.projectorLag?.().events ?? 0);
+      },
+      ...on,
+    }),
+    projectorLagMs: new Gauge({
+      name: 'projector_lag_milliseconds',
+      help: 'Age of the oldest event appended by this process that the projections have not applied yet (0 when none)',
+      collect() {
+        this.set(sources.projectorLag?.().ms ?? 0);
+      },
+      ...on,
+    }),
     rateLimitRejections: new Counter({ name: 'rate_limit_rejections_total', help: 'Requests and tunnel events refused by rate limit, by tier', labelNames: ['tier'], ...on }),
     rateLimitStoreErrors: new Counter({ name: 'rate_limit_store_errors_total', help: 'Rate-limit checks let through because the counters store was unreachable', labelNames: ['tier'], ...on }),
-    logins: new Counter({ name: 'logins_total', help: 'Logins by outcome', labelNames: ['outcome'], ...on }),
-    passwordHashesWaiting: new Gauge({ name: 'password_hashes_waiting', help: 'Password hashes waiting for a free slot', ...on }),
+    logins: new Counter({ name: 'logins_total', help: 'Logins by outcome (succeeded; failed: wrong credentials or inactive account)', labelNames: ['outcome'], ...on }),
+    passwordHashesWaiting: new Gauge({
+      name: 'password_hashes_waiting',
+      help: 'Password hashes and verifications waiting for a free slot',
+      collect() {
+        this.set(sources.passwordHashesWaiting?.() ?? 0);
+      },
+      ...on,
+    }),
   };
+  // Series that exist from the start, at 0, so that rates and alerts see them before the first event.
+  for (const outcome of ['succeeded', 'failed'] satisfies LoginOutcome[]) metrics.logins.inc({ outcome }, 0);
+  for (const direction of ['to_device', 'to_apps'] satisfies RelayDirection[]) metrics.tunnelMessages.inc({ direction }, 0);
+  return metrics;
 }

@@ -5,7 +5,8 @@ import type { Config, Secrets } from './config';
 import type { Logger } from './logger';
 import { createApp } from './api/app';
 import { createMetrics, type Metrics } from './metrics';
-import { instrumentEventStore } from './infra/eventstore/instrumented';
+import { instrumentEventStore, type AppendObserver } from './infra/eventstore/instrumented';
+import { createLagTracker } from './projections/lag';
 import { rateLimit } from './api/rate-limit';
 import { createApiKeyMatcher } from './auth/api-keys';
 import { createMemoryRateLimiter, createRedisRateLimiter, type Tier } from './ratelimit/limiter';
@@ -18,7 +19,7 @@ import { createTunnel, type Tunnel } from './tunnel/tunnel';
 import { tunnelLimiterFrom } from './tunnel/limiter';
 import { createTokens } from './auth/tokens';
 import type { EventStore } from './infra/eventstore/port';
-import { comparePositions } from './infra/eventstore/port';
+import { comparePositions, formatPosition } from './infra/eventstore/port';
 import { openEmbeddedEventStore } from './infra/eventstore/embedded';
 import { createEsdbEventStore } from './infra/eventstore/esdb';
 import type { ReadStore } from './infra/readstore/port';
@@ -67,13 +68,13 @@ interface Infrastructure {
 
 const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
 
-async function connectInfrastructure(config: Config, logger: Logger, metrics: Metrics): Promise<Infrastructure> {
+async function connectInfrastructure(config: Config, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
   if (config.mode === 'embedded') {
     const { secrets, file } = resolveEmbeddedSecrets(config);
     if (config.secrets.internalApiKeys === undefined) {
       logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
     }
-    const eventStore = instrumentEventStore(await openEmbeddedEventStore(config.dataDir), metrics.eventStoreAppendSeconds);
+    const eventStore = instrumentEventStore(await openEmbeddedEventStore(config.dataDir), appends);
     const readModels = await openMemoryReadModels(eventStore);
     const readStore = readModels.readStore;
     const watermark = createLocalWatermark();
@@ -100,7 +101,7 @@ async function connectInfrastructure(config: Config, logger: Logger, metrics: Me
   const subscriber = new Redis(config.redisUrl, redisOptions);
   redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
-  const eventStore = instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), metrics.eventStoreAppendSeconds);
+  const eventStore = instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), appends);
   const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
     isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
   });
@@ -127,6 +128,34 @@ async function connectInfrastructure(config: Config, logger: Logger, metrics: Me
   };
 }
 
+/** Logs a projector's progress: once caught up, then every ten seconds while it applies events. */
+function reportProgress(logger: Logger): (projector: Projector) => Projector {
+  return (projector) => {
+    const started = Date.now();
+    void projector.caughtUp.then(() => {
+      const { eventsApplied, position } = projector.progress();
+      logger.info({ eventsApplied, position: position === null ? null : formatPosition(position), ms: Date.now() - started }, 'projector caught up');
+    });
+    let reported = 0;
+    const timer = setInterval(() => {
+      const { eventsApplied, position, lastEventAt } = projector.progress();
+      if (eventsApplied === reported) return;
+      const at = position === null ? null : formatPosition(position);
+      logger.info({ eventsApplied, newEvents: eventsApplied - reported, position: at, lastEventAt }, 'projector progress');
+      reported = eventsApplied;
+    }, 10_000);
+    timer.unref();
+    void projector.done.catch(() => undefined).finally(() => clearInterval(timer));
+    return {
+      ...projector,
+      stop: async () => {
+        clearInterval(timer);
+        await projector.stop();
+      },
+    };
+  };
+}
+
 /**
  * Runs the projector role. Embedded: straight away, and the API waits until it has caught
  * up (read models are rebuilt in memory at start). Distributed: only while holding the
@@ -140,7 +169,7 @@ function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger)
   };
 
   if (config.mode === 'embedded' || infra.redis === null) {
-    const started = infra.readModels.startProjector(projections, options);
+    const started = infra.readModels.startProjector(projections, options).then(reportProgress(logger));
     return {
       ready: started.then((p) => p.caughtUp),
       current: () => null,
@@ -159,7 +188,7 @@ function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger)
         return;
       }
       logger.info({ owner: lease.owner }, 'projector lease acquired');
-      const projector = await infra.readModels.startProjector(projections, options);
+      const projector = reportProgress(logger)(await infra.readModels.startProjector(projections, options));
       active = projector;
       await Promise.race([lease.lost(), projector.done.catch(() => undefined)]);
       active = null;
@@ -235,7 +264,12 @@ function onRateLimitStoreError(logger: Logger, metrics: Metrics): (tier: Tier, e
 
 export async function startService(config: Config, logger: Logger, clock: Clock = systemClock): Promise<RunningService> {
   const metrics = createMetrics();
-  const infra = await connectInfrastructure(config, logger, metrics);
+  const lag = createLagTracker();
+  const infra = await connectInfrastructure(config, logger, {
+    appendSeconds: metrics.eventStoreAppendSeconds,
+    onAppended: (position, count) => lag.appended(position, count),
+  });
+  metrics.sources.projectorLag = () => lag.lag(infra.watermark.current());
   const roles = new Set(config.roles);
   const projector = roles.has('projector') ? runProjectorRole(config, infra, logger) : null;
   if (projector !== null) await projector.ready;
@@ -304,11 +338,14 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       onHeartbeat: () => metrics.heartbeats.inc(),
     });
     mailer = config.smtpUrl !== undefined ? createSmtpMailer(config.smtpUrl, config.mailFrom) : createLogMailer(logger, config.mailFrom);
+    const hasher = createPasswordHasher();
+    metrics.sources.passwordHashesWaiting = () => hasher.stats().waiting;
     auth = createAuthCommands({
       eventStore: infra.eventStore,
       readStore: infra.readStore,
       credentials: infra.credentials,
-      hasher: createPasswordHasher(),
+      hasher,
+      onLogin: (outcome) => metrics.logins.inc({ outcome }),
       tokens,
       sessions,
       mailer,
@@ -350,7 +387,10 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       clock,
       redis: config.mode === 'distributed' ? { url: config.redisUrl } : null,
       appOrigin: config.appOrigin,
+      onRelayed: (direction) => metrics.tunnelMessages.inc({ direction }),
     });
+    const running = tunnel;
+    metrics.sources.tunnel = () => running.stats();
     const listening = server;
     await new Promise<void>((resolve, reject) => {
       listening.once('error', reject);

@@ -1,7 +1,7 @@
 import express, { type Express, type RequestHandler } from 'express';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
-import { observeRequests } from './observe';
+import { observeRequests, rememberRouteBase } from './observe';
 import { metricsRoutes } from './routes/metrics';
 import { errorMiddleware, notFoundHandler } from './http-errors';
 import { cors, requestId, requireJsonBody } from './middleware';
@@ -46,13 +46,13 @@ export function createApp(deps: AppDeps): Express {
   app.use(express.json({ limit: BODY_LIMIT_BYTES, strict: false }));
 
   const v1 = express.Router();
-  v1.use(healthRoutes(deps.health));
-  v1.use(openApiRoutes());
-  v1.use('/auth', authRoutes(deps.auth));
-  v1.use('/users', userRoutes(deps.users));
-  v1.use('/devices', deviceRoutes(deps.devices));
-  v1.use('/devices', auditRoutes(deps.audit));
-  v1.use('/admin', adminRoutes(deps.admin));
+  v1.use(rememberRouteBase, healthRoutes(deps.health));
+  v1.use(rememberRouteBase, openApiRoutes());
+  v1.use('/auth', rememberRouteBase, authRoutes(deps.auth));
+  v1.use('/users', rememberRouteBase, userRoutes(deps.users));
+  v1.use('/devices', rememberRouteBase, deviceRoutes(deps.devices));
+  v1.use('/devices', rememberRouteBase, auditRoutes(deps.audit));
+  v1.use('/admin', rememberRouteBase, adminRoutes(deps.admin));
   app.use('/api/v1', v1);
   app.use(metricsRoutes(deps.metrics.registry));
 

@@ -3,11 +3,21 @@ import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
 
 /** The route template (`/api/v1/devices/:id`), never the raw path: ids would explode the label set. */
-function routeOf(req: Request): string {
+function routeOf(req: Request, base: unknown): string {
   const route = req.route as { path?: unknown } | undefined;
   if (route === undefined || typeof route.path !== 'string') return 'unmatched';
-  return `${req.baseUrl}${route.path}`;
+  return `${typeof base === 'string' ? base : req.baseUrl}${route.path}`;
 }
+
+/**
+ * Mounted in front of each router: keeps the router's mount path, which Express takes off
+ * `req.baseUrl` again when an error leaves the router, so failed requests are labelled with
+ * the same template as successful ones.
+ */
+export const rememberRouteBase: RequestHandler = (req, res, next) => {
+  res.locals.routeBase = req.baseUrl;
+  next();
+};
 
 /**
  * One structured log line and one metric sample per request: method, route, status,
@@ -18,7 +28,7 @@ export function observeRequests(logger: Logger, metrics: Metrics): RequestHandle
     const started = process.hrtime.bigint();
     res.once('finish', () => {
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      const labels = { method: req.method, route: routeOf(req), status: String(res.statusCode) };
+      const labels = { method: req.method, route: routeOf(req, res.locals.routeBase), status: String(res.statusCode) };
       metrics.httpRequests.inc(labels);
       metrics.httpDuration.observe(labels, seconds);
       logger.info(

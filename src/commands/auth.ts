@@ -10,6 +10,7 @@ import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { Mailer } from '../infra/mail/mailer';
 import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
+import type { LoginOutcome } from '../metrics';
 import { sessionFamily } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
@@ -45,6 +46,8 @@ export interface AuthCommandDeps {
   readonly adminEmails: readonly string[];
   /** The front end, for the link in the reset mail. */
   readonly appOrigin: string | undefined;
+  /** Told of every login answered: succeeded, or failed (wrong credentials, inactive account). */
+  readonly onLogin?: (outcome: LoginOutcome) => void;
 }
 
 export interface TokenPair {
@@ -152,28 +155,39 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
     logger.info({ userId, requestId }, 'password reset e-mail sent');
   };
 
-  return {
-    async login({ email, password }, client, requestId) {
-      const userId = await findUserIdByEmail(email);
-      const loaded = userId === null ? null : await loadUser(userId);
-      const user = loaded !== null && loaded.state.exists ? loaded.state : null;
-      const matches = await passwordMatches(user, password);
-      if (user === null) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
-      // Inactive is said whatever the password: the CRM, not the password, decides it.
-      if (!user.isActive) throw new ForbiddenError(AUTH_MESSAGES.inactive);
-      if (!matches) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
+  const login = async ({ email, password }: { readonly email: string; readonly password: string }, client: ClientInfo, requestId: string): Promise<LoginResult> => {
+    const userId = await findUserIdByEmail(email);
+    const loaded = userId === null ? null : await loadUser(userId);
+    const user = loaded !== null && loaded.state.exists ? loaded.state : null;
+    const matches = await passwordMatches(user, password);
+    if (user === null) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
+    // Inactive is said whatever the password: the CRM, not the password, decides it.
+    if (!user.isActive) throw new ForbiddenError(AUTH_MESSAGES.inactive);
+    if (!matches) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
 
-      const { familyId, jti } = await sessions.open(user.userId, client, newCommandContext(userActor(user.userId), requestId));
-      return {
-        ...issueTokens(user, familyId, jti),
-        user: {
-          id: user.userId,
-          email: user.email,
-          firstName: user.firstName,
-          lastName: user.lastName,
-          role: roleForEmail(user.email, deps.adminEmails),
-        },
-      };
+    const { familyId, jti } = await sessions.open(user.userId, client, newCommandContext(userActor(user.userId), requestId));
+    return {
+      ...issueTokens(user, familyId, jti),
+      user: {
+        id: user.userId,
+        email: user.email,
+        firstName: user.firstName,
+        lastName: user.lastName,
+        role: roleForEmail(user.email, deps.adminEmails),
+      },
+    };
+  };
+
+  return {
+    async login(input, client, requestId) {
+      try {
+        const result = await login(input, client, requestId);
+        deps.onLogin?.('succeeded');
+        return result;
+      } catch (error) {
+        if (error instanceof UnauthorizedError || error instanceof ForbiddenError) deps.onLogin?.('failed');
+        throw error;
+      }
     },
 
     async refresh(refreshToken, client, requestId) {

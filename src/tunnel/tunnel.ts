@@ -10,6 +10,7 @@ import { activeRole, can, type DeviceState } from '../domain/device';
 import { DomainError, UnauthorizedError } from '../domain/errors';
 import { asHomeHubEvent, STREAM_PREFIXES } from '../domain/events';
 import type { EventStore, GlobalPosition, RecordedEvent, Subscription } from '../infra/eventstore/port';
+import type { RelayDirection } from '../metrics';
 import type { Logger } from '../logger';
 import { parseInput } from '../api/validation';
 import { createDeviceAccess } from './access';
@@ -84,6 +85,8 @@ export interface TunnelDeps {
   /** CORS for the polling transport (browsers); the WebSocket transport needs none. */
   readonly appOrigin?: string | undefined;
   readonly options?: Partial<TunnelOptions>;
+  /** Told of every message relayed (metrics). */
+  readonly onRelayed?: (direction: RelayDirection) => void;
 }
 
 export interface TunnelStats {
@@ -406,11 +409,13 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     const local = liveDevices.get(uuid);
     if (local !== undefined) {
       local.socket.emit('tunnel:message', out);
+      deps.onRelayed?.('to_device');
       return DELIVERED;
     }
     return andThen(waitFor(session, cluster.remoteDevice(uuid)), (remote) => {
       if (!remote.connected) return NOT_DELIVERED;
       nsp.to(deviceRoom(uuid)).emit('tunnel:message', out);
+      deps.onRelayed?.('to_device');
       return DELIVERED;
     });
   };
@@ -450,6 +455,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     };
     const room = message.to !== undefined ? userSubscribersRoom(session.uuid, message.to) : subscribersRoom(session.uuid);
     nsp.to(room).emit('tunnel:message', out);
+    deps.onRelayed?.('to_apps');
     return DELIVERED;
   };
 
@@ -559,7 +565,12 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
             ended: false,
           };
     sessions.set(socket.id, session);
-    socket.on('disconnect', () => onDisconnect(session));
+    const who = session.kind === 'app' ? { kind: 'app', userId: session.userId } : { kind: 'device', deviceUuid: session.uuid };
+    logger.info({ socket: socket.id, ...who }, 'tunnel: connected');
+    socket.on('disconnect', (reason) => {
+      logger.info({ socket: socket.id, ...who, reason }, 'tunnel: disconnected');
+      onDisconnect(session);
+    });
 
     if (auth.exp > 0) {
       const ms = auth.exp * 1000 - clock.now().getTime();

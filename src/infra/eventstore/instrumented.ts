@@ -1,13 +1,22 @@
 import type { Histogram } from 'prom-client';
-import type { EventStore } from './port';
+import type { EventStore, GlobalPosition } from './port';
 
-/** The same store, with every append's latency observed (decisions §8: event-store append latency). */
-export function instrumentEventStore(store: EventStore, appendSeconds: Histogram): EventStore {
+export interface AppendObserver {
+  /** Latency of every append (decisions §8: event-store append latency). */
+  readonly appendSeconds: Histogram;
+  /** Told of every acknowledged append: `count` events ending at `position` (projector lag). */
+  readonly onAppended?: (position: GlobalPosition, count: number) => void;
+}
+
+/** The same store, with every append observed. */
+export function instrumentEventStore(store: EventStore, observer: AppendObserver): EventStore {
   return {
     async append(streamName, events, expected) {
-      const end = appendSeconds.startTimer();
+      const end = observer.appendSeconds.startTimer();
       try {
-        return await store.append(streamName, events, expected);
+        const result = await store.append(streamName, events, expected);
+        observer.onAppended?.(result.position, events.length);
+        return result;
       } finally {
         end();
       }

@@ -67,6 +67,8 @@ interface Infrastructure {
 }
 
 const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
+/** Ready only while the projections are caught up within this much (decisions §8). */
+const PROJECTOR_READY_LAG_MS = 5000;
 
 async function connectInfrastructure(config: Config, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
   if (config.mode === 'embedded') {
@@ -297,6 +299,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
         head = await infra.eventStore.headPosition();
       }),
       check('readStore', () => infra.readStore.ping()),
+      check('credentials', () => infra.credentials.ping()),
       ...(infra.redis !== null ? [check('redis', async () => void (await infra.redis?.ping()))] : []),
     ]);
     const current = infra.watermark.current();
@@ -304,8 +307,9 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     const caughtUp = headPosition === null || (current !== null && comparePositions(current, headPosition) >= 0);
     if (caughtUp) behindSince = null;
     else behindSince ??= Date.now();
-    const lagMs = behindSince === null ? 0 : Date.now() - behindSince;
-    checks.projector = lagMs <= 5000 ? { status: 'ok' } : { status: 'fail', detail: `behind for ${lagMs} ms` };
+    // Behind since first seen behind, or since this process's oldest append still unapplied, whichever is longer.
+    const lagMs = Math.max(behindSince === null ? 0 : Date.now() - behindSince, lag.lag(current).ms);
+    checks.projector = lagMs <= PROJECTOR_READY_LAG_MS ? { status: 'ok' } : { status: 'fail', detail: `behind for ${lagMs} ms` };
     return { ready: Object.values(checks).every((c) => c.status === 'ok'), checks };
   };
 

@@ -69,7 +69,7 @@ describe.each<Mode>(['embedded', 'distributed'])('first slice end to end (%s mod
     const body = (await res.json()) as { status: string; checks: Record<string, { status: string }> };
     expect(res.status).toBe(200);
     expect(body.status).toBe('ok');
-    const expected = mode === 'distributed' ? ['eventStore', 'projector', 'readStore', 'redis'] : ['eventStore', 'projector', 'readStore'];
+    const expected = mode === 'distributed' ? ['credentials', 'eventStore', 'projector', 'readStore', 'redis'] : ['credentials', 'eventStore', 'projector', 'readStore'];
     expect(Object.keys(body.checks).sort()).toEqual(expected);
     for (const name of expected) expect(body.checks[name]?.status).toBe('ok');
   });

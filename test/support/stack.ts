@@ -1,5 +1,5 @@
-import { startEsdbStandin } from './esdb-standin';
-import { startJongodb } from './jongodb';
+import { startEsdbStandin, type EsdbStandin } from './esdb-standin';
+import { startJongodb, type Jongodb } from './jongodb';
 import { startPrivateRedis, type PrivateRedis } from './redis';
 
 /**
@@ -11,6 +11,9 @@ export interface Stack {
   readonly env: { readonly EVENTSTORE_URL: string; readonly MONGODB_URI: string; readonly REDIS_URL: string };
   /** The private Redis, for tests that kill or restart it. */
   readonly redis: PrivateRedis;
+  /** The MongoDB and EventStoreDB stand-ins, for tests that stop them. */
+  readonly mongo: Jongodb;
+  readonly esdb: EsdbStandin;
   stop(): Promise<void>;
 }
 
@@ -19,6 +22,8 @@ export async function startStack(): Promise<Stack> {
   return {
     env: { EVENTSTORE_URL: esdb.url, MONGODB_URI: mongo.uri, REDIS_URL: redis.url },
     redis,
+    mongo,
+    esdb,
     stop: async () => {
       await Promise.allSettled([esdb.stop(), mongo.stop(), redis.stop()]);
     },

@@ -1,0 +1,119 @@
+import { createUser, startTestService, type TestService } from '../support/harness';
+
+/**
+ * `GET /api/v1/health/ready` (decisions §8): 200 while every dependency answers and the
+ * projections are caught up within 5 s, else 503 naming what is not ready. Distributed
+ * mode, with the stack's real processes stopped one by one under a running service.
+ */
+
+interface Readiness {
+  readonly status: number;
+  readonly body: { status: string; checks: Record<string, { status: 'ok' | 'fail'; detail?: string }> };
+}
+
+async function ready(service: TestService): Promise<Readiness> {
+  const res = await fetch(`${service.baseUrl}/api/v1/health/ready`);
+  return { status: res.status, body: (await res.json()) as Readiness['body'] };
+}
+
+async function waitForReadiness(service: TestService, until: (r: Readiness) => boolean, what: string, timeoutMs = 15_000): Promise<Readiness> {
+  const deadline = Date.now() + timeoutMs;
+  let last: Readiness | null = null;
+  for (;;) {
+    last = await ready(service);
+    if (until(last)) return last;
+    if (Date.now() > deadline) throw new Error(`readiness never showed ${what}; last: ${JSON.stringify(last)}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+const failing = (r: Readiness): string[] =>
+  Object.entries(r.body.checks)
+    .filter(([, check]) => check.status === 'fail')
+    .map(([name]) => name)
+    .sort();
+
+/** Stopping a service whose stores are gone must not hold the suite: bounded. */
+async function stopWithin(service: TestService | null | undefined, ms: number): Promise<void> {
+  if (service === null || service === undefined) return;
+  await Promise.race([service.stop().catch(() => undefined), new Promise((resolve) => setTimeout(resolve, ms).unref())]);
+}
+
+describe('readiness names the dependency that is down (distributed mode)', () => {
+  let service: TestService;
+
+  beforeAll(async () => {
+    service = await startTestService('distributed');
+  }, 60_000);
+  afterAll(async () => {
+    await stopWithin(service, 5_000);
+    await service?.stack?.stop();
+  }, 30_000);
+
+  test('every dependency up: 200, each check ok', async () => {
+    const r = await ready(service);
+    expect(r.status).toBe(200);
+    expect(r.body.status).toBe('ok');
+    expect(Object.keys(r.body.checks).sort()).toEqual(['credentials', 'eventStore', 'projector', 'readStore', 'redis']);
+    expect(failing(r)).toEqual([]);
+  });
+
+  test('Redis killed: 503 naming redis alone; back to 200 once it is back', async () => {
+    const redis = service.redis;
+    if (redis === null) throw new Error('the distributed stack has a private Redis');
+    await redis.kill();
+    const down = await waitForReadiness(service, (r) => r.status === 503, '503');
+    expect(down.body.status).toBe('unavailable');
+    expect(failing(down)).toEqual(['redis']);
+    expect(down.body.checks.redis?.detail).toEqual(expect.any(String));
+
+    await redis.restart();
+    const up = await waitForReadiness(service, (r) => r.status === 200, '200 again');
+    expect(failing(up)).toEqual([]);
+  }, 30_000);
+
+  test('the MongoDB server stopped: 503 naming the read store and the credentials', async () => {
+    await service.stack?.mongo.stop();
+    const down = await waitForReadiness(service, (r) => r.status === 503 && failing(r).includes('credentials'), '503 for MongoDB');
+    expect(failing(down)).toEqual(expect.arrayContaining(['credentials', 'readStore']));
+    expect(failing(down)).not.toContain('redis');
+    expect(failing(down)).not.toContain('eventStore');
+  }, 30_000);
+
+  test('the event store stopped: 503 naming it', async () => {
+    await service.stack?.esdb.stop();
+    const down = await waitForReadiness(service, (r) => r.status === 503 && failing(r).includes('eventStore'), '503 for the event store');
+    expect(down.body.checks.eventStore?.status).toBe('fail');
+    expect(down.body.checks.redis?.status).toBe('ok');
+  }, 30_000);
+});
+
+describe('readiness while the projections are behind (distributed mode, no projector running)', () => {
+  let apiOnly: TestService;
+  let projector: TestService | null = null;
+
+  beforeAll(async () => {
+    apiOnly = await startTestService('distributed', { ROLES: 'api', READ_YOUR_WRITES_TIMEOUT_MS: '100' });
+  }, 60_000);
+  afterAll(async () => {
+    await stopWithin(projector, 15_000);
+    await stopWithin(apiOnly, 15_000);
+  }, 40_000);
+
+  test('ready while caught up; 503 naming the projector once an event waits more than 5 s; ready again once applied', async () => {
+    expect((await ready(apiOnly)).status).toBe(200);
+    await createUser(apiOnly);
+    // Within the 5 s allowance: still ready.
+    const early = await ready(apiOnly);
+    expect(early.status).toBe(200);
+
+    const behind = await waitForReadiness(apiOnly, (r) => r.status === 503, '503 for the projector', 10_000);
+    expect(failing(behind)).toEqual(['projector']);
+    expect(behind.body.checks.projector?.detail).toMatch(/^behind for \d+ ms$/);
+    expect(Number(/\d+/.exec(behind.body.checks.projector?.detail ?? '')?.[0])).toBeGreaterThan(5000);
+
+    projector = await apiOnly.startAnother({ ROLES: 'projector' });
+    const caughtUp = await waitForReadiness(apiOnly, (r) => r.status === 200, '200 once projected');
+    expect(failing(caughtUp)).toEqual([]);
+  }, 40_000);
+});

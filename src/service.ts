@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Redis from 'ioredis';
 import type { Config, Secrets } from './config';
@@ -264,6 +264,30 @@ function onRateLimitStoreError(logger: Logger, metrics: Metrics): (tier: Tier, e
   };
 }
 
+/** How long requests in flight may still run after SIGTERM before their connections are cut (the process has 10 s in all). */
+const SHUTDOWN_HTTP_GRACE_MS = 6000;
+
+/**
+ * Closes an HTTP server gracefully: no new connections from now on, answers in flight
+ * completed, keep-alive connections closed as soon as they fall idle (and answers from
+ * now on say `Connection: close`), every connection cut after `graceMs`.
+ */
+function drainHttpServer(server: Server, graceMs: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+      if (!res.headersSent) res.setHeader('Connection', 'close');
+    });
+    const idle = setInterval(() => server.closeIdleConnections(), 100);
+    const cut = setTimeout(() => server.closeAllConnections(), graceMs);
+    server.close(() => {
+      clearInterval(idle);
+      clearTimeout(cut);
+      resolve();
+    });
+    server.closeIdleConnections();
+  });
+}
+
 export async function startService(config: Config, logger: Logger, clock: Clock = systemClock): Promise<RunningService> {
   const metrics = createMetrics();
   const lag = createLagTracker();
@@ -411,16 +435,11 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     readStore: infra.readStore,
     rebuildReadModels: () => infra.readModels.rebuild(allProjections()),
     stop: async () => {
-      // Tunnel sockets first: they would hold the HTTP server open, and their clients reconnect elsewhere.
+      // Stop accepting first: the listening socket closes now; requests in flight run to their end.
+      const closed = server === null ? Promise.resolve() : drainHttpServer(server, SHUTDOWN_HTTP_GRACE_MS);
+      // Tunnel sockets: their transports close, so their clients reconnect (to another process).
       await tunnel?.close();
-      if (server !== null) {
-        const s = server;
-        await new Promise<void>((resolve) => {
-          s.close(() => resolve());
-          s.closeIdleConnections();
-          setTimeout(() => s.closeAllConnections(), 8000).unref();
-        });
-      }
+      await closed;
       // Reset mails still on their way are sent before the stores close.
       await auth?.drain();
       mailer?.close();

@@ -9,7 +9,7 @@ export function resetTokenIn(text: string): string {
 }
 
 /** Asks for a reset of `email` and returns the token from the mail the SMTP server received. */
-export async function requestResetToken(service: TestService, smtp: TestSmtpServer, email: string): Promise<{ token: string; mail: ReceivedMail }> {
+export async function requestResetToken(service: Pick<TestService, 'baseUrl'>, smtp: TestSmtpServer, email: string): Promise<{ token: string; mail: ReceivedMail }> {
   const seen = smtp.mails().filter((mail) => mail.to.includes(email)).length;
   const res = await api(service, 'POST', '/auth/password-reset/request', { body: { email } });
   if (res.status !== 202) throw new Error(`password-reset/request answered ${res.status}: ${JSON.stringify(res.body)}`);

@@ -1,0 +1,99 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { api, CRM_KEY, GENEROUS_RATE_LIMITS, MODES, type Mode } from '../support/harness';
+import { requestResetToken } from '../support/accounts';
+import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
+import { startStack, type Stack } from '../support/stack';
+import { connect, type Probe } from '../support/tunnel';
+
+/**
+ * SIGTERM to the real process (`src/main.ts`), as an orchestrator sends it (decisions §8):
+ * it stops accepting, finishes the requests in flight, closes tunnel transports (so the
+ * clients reconnect, to another process) and exits 0 within 10 s.
+ */
+
+const IN_FLIGHT = 24;
+
+describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
+  let smtp: TestSmtpServer;
+  let stack: Stack | null = null;
+  let dir: string | null = null;
+  let server: ServerProcess | null = null;
+
+  beforeAll(async () => {
+    smtp = await startTestSmtpServer();
+    let env: Record<string, string>;
+    if (mode === 'embedded') {
+      dir = mkdtempSync(join(tmpdir(), 'hhc-sigterm-'));
+      env = { DATA_DIR: dir };
+    } else {
+      stack = await startStack();
+      env = { ...stack.env };
+    }
+    server = await startServerProcess({ ...TEST_SECRETS, ...env, SMTP_URL: smtp.url, RATE_LIMITS: GENEROUS_RATE_LIMITS });
+  }, 60_000);
+  afterAll(async () => {
+    await server?.kill();
+    await stack?.stop();
+    await smtp?.stop();
+    if (dir !== null) rmSync(dir, { recursive: true, force: true });
+  }, 30_000);
+
+  test('requests in flight are answered, new connections refused, tunnel transports closed, exit 0 within 10 s', async () => {
+    const target = server as ServerProcess;
+    // A user with a password (CRM, then the reset mail), logged in; a hub with its token.
+    const email = `shutdown.${randomUUID()}@example.com`;
+    const synced = await api(target, 'POST', '/auth/sync-customer', {
+      headers: { 'X-Internal-Api-Key': CRM_KEY },
+      body: { id: Math.floor(Math.random() * 1e9), first_name: 'Shut', last_name: 'Down', email, active: true },
+    });
+    expect(synced.status).toBe(201);
+    const { token } = await requestResetToken(target, smtp, email);
+    const password = `pw-${randomUUID()}`;
+    expect((await api(target, 'POST', '/auth/password-reset/confirm', { body: { token, password } })).status).toBe(200);
+    const loggedIn = await api(target, 'POST', '/auth/login', { body: { email, password } });
+    expect(loggedIn.status).toBe(201);
+    const accessToken = (loggedIn.body as { accessToken: string }).accessToken;
+    const hub = await api(target, 'POST', '/devices/register', { token: accessToken, body: { uuid: randomUUID(), deviceId: 'HUB-SIGTERM', name: 'Hub' } });
+    expect(hub.status).toBe(201);
+    const hubUuid = (hub.body as { uuid: string }).uuid;
+    const deviceAuth = await api(target, 'POST', `/devices/auth/${hubUuid}`, { token: accessToken });
+    expect(deviceAuth.status).toBe(201);
+    const sockets: Probe[] = [await connect(target, accessToken), await connect(target, (deviceAuth.body as { token: string }).token)];
+
+    // Logins queue behind the password-hashing slots: most are still running when SIGTERM arrives.
+    const logins = Array.from({ length: IN_FLIGHT }, () => api(target, 'POST', '/auth/login', { body: { email, password } }).then((res) => res.status));
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    const signalled = Date.now();
+    const exit = target.stop();
+
+    // Stops accepting: a new connection is refused soon after the signal.
+    let refused = false;
+    for (let i = 0; i < 50 && !refused; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      refused = await fetch(`${target.baseUrl}/api/v1/health`, { headers: { Connection: 'close' } }).then(
+        () => false,
+        () => true,
+      );
+    }
+    expect(refused).toBe(true);
+
+    // Every request that was in flight got its answer.
+    expect(await Promise.all(logins)).toEqual(Array.from({ length: IN_FLIGHT }, () => 201));
+
+    // Tunnel sockets saw their transport close (a client then reconnects), not a server-side disconnect (it would not).
+    for (const socket of sockets) {
+      expect(await socket.next<string>('disconnect', () => true, 10_000)).toBe('transport close');
+    }
+
+    expect(await exit).toBe(0);
+    expect(Date.now() - signalled).toBeLessThan(10_000);
+    const lines = target.output();
+    expect(lines).toMatch(/"msg":"shutting down"/);
+    expect(lines).toMatch(/"msg":"stopped"/);
+    server = null;
+  }, 60_000);
+});

@@ -8,6 +8,7 @@ export interface Metrics {
   readonly registry: Registry;
   readonly httpRequests: Counter<'method' | 'route' | 'status'>;
   readonly httpDuration: Histogram<'method' | 'route' | 'status'>;
+  readonly httpInFlight: Gauge;
   readonly tunnelSockets: Gauge<'kind'>;
   readonly tunnelMessages: Counter<'direction'>;
   readonly heartbeats: Counter;
@@ -50,6 +51,7 @@ export function createMetrics(): Metrics {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
       ...on,
     }),
+    httpInFlight: new Gauge({ name: 'http_requests_in_flight', help: 'HTTP requests received and not yet answered', ...on }),
     tunnelSockets: new Gauge({
       name: 'tunnel_sockets',
       help: 'Open tunnel sockets on this process by kind (app, device)',

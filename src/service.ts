@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { Server as NetServer, type AddressInfo } from 'node:net';
 import Redis from 'ioredis';
 import type { Config, Secrets } from './config';
 import type { Logger } from './logger';
@@ -267,25 +267,48 @@ function onRateLimitStoreError(logger: Logger, metrics: Metrics): (tier: Tier, e
 /** How long requests in flight may still run after SIGTERM before their connections are cut (the process has 10 s in all). */
 const SHUTDOWN_HTTP_GRACE_MS = 6000;
 
+/** Keep-alive connections that carry no request are closed from this long after SIGTERM on. */
+const SHUTDOWN_IDLE_GRACE_MS = 500;
+
 /**
- * Closes an HTTP server gracefully: no new connections from now on, answers in flight
- * completed, keep-alive connections closed as soon as they fall idle (and answers from
- * now on say `Connection: close`), every connection cut after `graceMs`.
+ * Closes an HTTP server gracefully: no new connections from now on; answers in flight
+ * completed, with `Connection: close`, so their connections end with them; connections
+ * that carry no request closed after a short grace; every connection cut after `graceMs`.
+ *
+ * Not `server.close()`: since Node 19 it also closes at once every connection that is
+ * "idle", which includes one whose request has arrived but not yet been parsed because
+ * the event loop was busy: that request would be reset instead of answered.
  */
-function drainHttpServer(server: Server, graceMs: number): Promise<void> {
+function drainHttpServer(server: Server, active: ReadonlySet<ServerResponse>, graceMs: number): Promise<void> {
   return new Promise<void>((resolve) => {
-    server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    const closeAfterAnswer = (res: ServerResponse): void => {
       if (!res.headersSent) res.setHeader('Connection', 'close');
-    });
-    const idle = setInterval(() => server.closeIdleConnections(), 100);
+    };
+    for (const res of active) closeAfterAnswer(res);
+    server.on('request', (_req: IncomingMessage, res: ServerResponse) => closeAfterAnswer(res));
+    let idle: NodeJS.Timeout | undefined;
+    const startIdle = setTimeout(() => {
+      server.closeIdleConnections();
+      idle = setInterval(() => server.closeIdleConnections(), 100);
+    }, SHUTDOWN_IDLE_GRACE_MS);
     const cut = setTimeout(() => server.closeAllConnections(), graceMs);
-    server.close(() => {
+    NetServer.prototype.close.call(server, () => {
+      clearTimeout(startIdle);
       clearInterval(idle);
       clearTimeout(cut);
       resolve();
     });
-    server.closeIdleConnections();
   });
+}
+
+/** The responses being written now, for a shutdown to find. */
+function trackResponses(server: Server): Set<ServerResponse> {
+  const active = new Set<ServerResponse>();
+  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    active.add(res);
+    res.once('close', () => active.delete(res));
+  });
+  return active;
 }
 
 export async function startService(config: Config, logger: Logger, clock: Clock = systemClock): Promise<RunningService> {
@@ -304,6 +327,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   const expiry = roles.has('expiry') ? await runExpiryRole(config, infra, logger, clock, deviceStates, metrics) : null;
 
   let server: Server | null = null;
+  let responses: ReadonlySet<ServerResponse> = new Set();
   let tunnel: Tunnel | null = null;
   let behindSince: number | null = null;
 
@@ -407,6 +431,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
     });
     server = createServer(app);
+    responses = trackResponses(server);
     tunnel = await createTunnel(server, {
       tokens,
       limiter: tunnelLimiterFrom(limiter, (tier) => metrics.rateLimitRejections.inc({ tier })),
@@ -436,7 +461,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     rebuildReadModels: () => infra.readModels.rebuild(allProjections()),
     stop: async () => {
       // Stop accepting first: the listening socket closes now; requests in flight run to their end.
-      const closed = server === null ? Promise.resolve() : drainHttpServer(server, SHUTDOWN_HTTP_GRACE_MS);
+      const closed = server === null ? Promise.resolve() : drainHttpServer(server, responses, SHUTDOWN_HTTP_GRACE_MS);
       // Tunnel sockets: their transports close, so their clients reconnect (to another process).
       await tunnel?.close();
       await closed;

@@ -26,6 +26,9 @@ export const rememberRouteBase: RequestHandler = (req, res, next) => {
 export function observeRequests(logger: Logger, metrics: Metrics): RequestHandler {
   return (req, res, next) => {
     const started = process.hrtime.bigint();
+    metrics.httpInFlight.inc();
+    // 'close' comes after 'finish', and also when the client went away first.
+    res.once('close', () => metrics.httpInFlight.dec());
     res.once('finish', () => {
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       const labels = { method: req.method, route: routeOf(req, res.locals.routeBase), status: String(res.statusCode) };

@@ -48,6 +48,8 @@ describe.each<Mode>(MODES)('metrics agree with what happened (%s mode)', (mode) 
     const s = await scrape(service);
     expect(s.value('process_cpu_user_seconds_total')).toBeGreaterThan(0);
     expect(s.value('nodejs_heap_size_used_bytes')).toBeGreaterThan(0);
+    // The scrape itself is the one request in flight.
+    expect(s.value('http_requests_in_flight')).toBe(1);
     // Series that have not counted anything yet still exist, at 0.
     expect(s.text).toMatch(/^tunnel_sockets\{.*kind="device".*\} \d+$/m);
     expect(s.text).toMatch(/^logins_total\{.*outcome="failed".*\} \d+$/m);

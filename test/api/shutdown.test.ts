@@ -2,10 +2,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { api, CRM_KEY, GENEROUS_RATE_LIMITS, MODES, type Mode } from '../support/harness';
 import { requestResetToken } from '../support/accounts';
 import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
+import { scrape } from '../support/metrics';
 import { startStack, type Stack } from '../support/stack';
 import { connect, type Probe } from '../support/tunnel';
 
@@ -15,7 +17,8 @@ import { connect, type Probe } from '../support/tunnel';
  * clients reconnect, to another process) and exits 0 within 10 s.
  */
 
-const IN_FLIGHT = 24;
+/** Logins sent at once: many more than the hashing slots, so they queue. */
+const IN_FLIGHT = availableParallelism() * 6 + 12;
 
 describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
   let smtp: TestSmtpServer;
@@ -65,8 +68,24 @@ describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
     const sockets: Probe[] = [await connect(target, accessToken), await connect(target, (deviceAuth.body as { token: string }).token)];
 
     // Logins queue behind the password-hashing slots: most are still running when SIGTERM arrives.
-    const logins = Array.from({ length: IN_FLIGHT }, () => api(target, 'POST', '/auth/login', { body: { email, password } }).then((res) => res.status));
-    await new Promise((resolve) => setTimeout(resolve, 60));
+    let answered = 0;
+    const logins = Array.from({ length: IN_FLIGHT }, () =>
+      api(target, 'POST', '/auth/login', { body: { email, password } }).then(
+        (res) => {
+          answered++;
+          return res.status;
+        },
+        (error: Error) => `${error.message}: ${String((error.cause as Error | undefined)?.message)}`,
+      ),
+    );
+    // Signal once every login is inside the process: received and not yet answered, or answered
+    // (the scrape itself is one of the requests in flight). A connection still in the listen
+    // backlog when the listener closes is refused, not in flight.
+    for (;;) {
+      const inFlight = (await scrape(target)).value('http_requests_in_flight') - 1;
+      if (answered + inFlight >= IN_FLIGHT) break;
+    }
+    const unanswered = IN_FLIGHT - answered;
     const signalled = Date.now();
     const exit = target.stop();
 
@@ -82,6 +101,7 @@ describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
     expect(refused).toBe(true);
 
     // Every request that was in flight got its answer.
+    expect(unanswered).toBeGreaterThan(0);
     expect(await Promise.all(logins)).toEqual(Array.from({ length: IN_FLIGHT }, () => 201));
 
     // Tunnel sockets saw their transport close (a client then reconnects), not a server-side disconnect (it would not).

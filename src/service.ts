@@ -67,6 +67,23 @@ interface Infrastructure {
 }
 
 const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
+/** After the projector stopped or failed, this long before this process bids for the lease again. */
+const PROJECTOR_RETRY_MS = 1000;
+
+function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+}
+
 /** Ready only while the projections are caught up within this much (decisions §8). */
 const PROJECTOR_READY_LAG_MS = 5000;
 
@@ -182,21 +199,31 @@ function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger)
   const lease = createRedisLease(infra.redis, PROJECTOR_LEASE_KEY, config.projectorLeaseMs);
   const abort = new AbortController();
   let active: Projector | null = null;
+  const errorMessage = (error: unknown): string => (error instanceof Error ? error.message : String(error));
   const loop = (async () => {
     while (!abort.signal.aborted) {
       try {
         await lease.acquire(abort.signal);
       } catch {
-        return;
+        return; // aborted: the role is stopping
       }
-      logger.info({ owner: lease.owner }, 'projector lease acquired');
-      const projector = reportProgress(logger)(await infra.readModels.startProjector(projections, options));
-      active = projector;
-      await Promise.race([lease.lost(), projector.done.catch(() => undefined)]);
-      active = null;
-      await projector.stop();
-      await lease.release();
-      if (!abort.signal.aborted) logger.warn('projector lease lost or projector stopped; standing by');
+      try {
+        logger.info({ owner: lease.owner }, 'projector lease acquired');
+        const projector = reportProgress(logger)(await infra.readModels.startProjector(projections, options));
+        active = projector;
+        await Promise.race([lease.lost(), projector.done.catch(() => undefined)]);
+        active = null;
+        await projector.stop();
+      } catch (error) {
+        // The read store unreachable at start or at the last checkpoint: give the lease up, try again.
+        logger.error({ err: errorMessage(error) }, 'projector failed');
+      } finally {
+        active = null;
+        await lease.release().catch(() => undefined);
+      }
+      if (abort.signal.aborted) return;
+      logger.warn('projector lease lost or projector stopped; standing by');
+      await abortableDelay(PROJECTOR_RETRY_MS, abort.signal);
     }
   })();
   return {

@@ -1,4 +1,6 @@
 import { createUser, startTestService, type TestService } from '../support/harness';
+import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { startStack, type Stack } from '../support/stack';
 
 /**
  * `GET /api/v1/health/ready` (decisions §8): 200 while every dependency answers and the
@@ -11,12 +13,12 @@ interface Readiness {
   readonly body: { status: string; checks: Record<string, { status: 'ok' | 'fail'; detail?: string }> };
 }
 
-async function ready(service: TestService): Promise<Readiness> {
+async function ready(service: Pick<TestService, 'baseUrl'>): Promise<Readiness> {
   const res = await fetch(`${service.baseUrl}/api/v1/health/ready`);
   return { status: res.status, body: (await res.json()) as Readiness['body'] };
 }
 
-async function waitForReadiness(service: TestService, until: (r: Readiness) => boolean, what: string, timeoutMs = 15_000): Promise<Readiness> {
+async function waitForReadiness(service: Pick<TestService, 'baseUrl'>, until: (r: Readiness) => boolean, what: string, timeoutMs = 15_000): Promise<Readiness> {
   const deadline = Date.now() + timeoutMs;
   let last: Readiness | null = null;
   for (;;) {
@@ -40,14 +42,17 @@ async function stopWithin(service: TestService | null | undefined, ms: number): 
 }
 
 describe('readiness names the dependency that is down (distributed mode)', () => {
-  let service: TestService;
+  // The service runs as its own process: after its stores are gone it is killed, not stopped.
+  let stack: Stack;
+  let service: ServerProcess;
 
   beforeAll(async () => {
-    service = await startTestService('distributed');
+    stack = await startStack();
+    service = await startServerProcess({ ...TEST_SECRETS, ...stack.env });
   }, 60_000);
   afterAll(async () => {
-    await stopWithin(service, 5_000);
-    await service?.stack?.stop();
+    await service?.kill();
+    await stack?.stop();
   }, 30_000);
 
   test('every dependency up: 200, each check ok', async () => {
@@ -59,8 +64,7 @@ describe('readiness names the dependency that is down (distributed mode)', () =>
   });
 
   test('Redis killed: 503 naming redis alone; back to 200 once it is back', async () => {
-    const redis = service.redis;
-    if (redis === null) throw new Error('the distributed stack has a private Redis');
+    const redis = stack.redis;
     await redis.kill();
     const down = await waitForReadiness(service, (r) => r.status === 503, '503');
     expect(down.body.status).toBe('unavailable');
@@ -73,7 +77,7 @@ describe('readiness names the dependency that is down (distributed mode)', () =>
   }, 30_000);
 
   test('the MongoDB server stopped: 503 naming the read store and the credentials', async () => {
-    await service.stack?.mongo.stop();
+    await stack.mongo.stop();
     const down = await waitForReadiness(service, (r) => r.status === 503 && failing(r).includes('credentials'), '503 for MongoDB');
     expect(failing(down)).toEqual(expect.arrayContaining(['credentials', 'readStore']));
     expect(failing(down)).not.toContain('redis');
@@ -81,7 +85,7 @@ describe('readiness names the dependency that is down (distributed mode)', () =>
   }, 30_000);
 
   test('the event store stopped: 503 naming it', async () => {
-    await service.stack?.esdb.stop();
+    await stack.esdb.stop();
     const down = await waitForReadiness(service, (r) => r.status === 503 && failing(r).includes('eventStore'), '503 for the event store');
     expect(down.body.checks.eventStore?.status).toBe('fail');
     expect(down.body.checks.redis?.status).toBe('ok');

@@ -40,8 +40,6 @@ export interface TestService {
   readonly startAnother: (extraEnv?: Record<string, string>) => Promise<TestService>;
   /** Distributed mode: the stack's private Redis (null in embedded mode or for another process). */
   readonly redis: PrivateRedis | null;
-  /** Distributed mode: the whole stack this service started (null in embedded mode or for another process). */
-  readonly stack: Stack | null;
   readonly stop: () => Promise<void>;
 }
 
@@ -69,7 +67,6 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
     readStore: service.readStore,
     logs: () => logs,
     redis: owned.stack?.redis ?? null,
-    stack: owned.stack,
     startAnother: (extraEnv = {}) => startWith(mode, { ...env, ...extraEnv }, { stack: null, dir: null }),
     stop: async () => {
       await service.stop();

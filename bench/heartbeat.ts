@@ -2,7 +2,10 @@
  * `npm run bench:heartbeat`: heartbeats per second and latency for 10k simulated devices,
  * in embedded and distributed mode, next to this machine's ceiling measured in the same
  * run (a bare Express POST that verifies the same device JWT with a key built once), then
- * the offline expiry of all 10k devices going silent at once.
+ * the offline expiry of all 10k devices going silent at once. Also the rate limiter's cost
+ * per request: the ceiling's server with and without the service's rate-limit middleware in
+ * front (in memory in embedded mode, in the stack's Redis in distributed mode), measured in
+ * alternation while the service is idle, set against the service's own time per heartbeat.
  *
  * Everything runs on 127.0.0.1 and is bounded: BENCH_DEVICES devices (10,000),
  * BENCH_SECONDS of sustained load (15), BENCH_CONNECTIONS keep-alive connections (64).
@@ -17,13 +20,16 @@
  */
 import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import express from 'express';
-import { bearerToken, createTokens, type Tokens } from '../src/auth/tokens';
+import Redis from 'ioredis';
+import { rateLimit, type RateLimitDeps } from '../src/api/rate-limit';
+import { createApiKeyMatcher } from '../src/auth/api-keys';
+import { bearerToken, createTokens, type DeviceClaims, type Tokens } from '../src/auth/tokens';
 import { createDeviceCommands } from '../src/commands/devices';
 import { newCommandContext, systemClock } from '../src/commands/handler';
 import { loadConfig } from '../src/config';
@@ -37,6 +43,7 @@ import { createMongoReadStore } from '../src/infra/readstore/mongo';
 import { createLogger } from '../src/logger';
 import { CHECKPOINT_NAME } from '../src/projections/projector';
 import type { Watermark } from '../src/projections/watermark';
+import { createMemoryRateLimiter, createRedisRateLimiter, parseRateLimits, type RateLimiter } from '../src/ratelimit/limiter';
 import { startService } from '../src/service';
 import { startStack, type Stack } from '../test/support/stack';
 import { TEST_SECRETS } from '../test/support/server';
@@ -54,6 +61,12 @@ const SUSTAIN_MS = Number(process.env.BENCH_SECONDS ?? 15) * 1000;
 const OFFLINE_AFTER_SECONDS = Number(process.env.BENCH_OFFLINE_AFTER_SECONDS ?? 30);
 /** Set to 0 to skip the ceiling measurements (profiling runs). */
 const MEASURE_CEILING = process.env.BENCH_CEILING !== '0';
+/** Set to 0 to skip the limiter's cost (the ceiling's server with and without the rate limiter). */
+const MEASURE_LIMITER = process.env.BENCH_LIMITER !== '0';
+/** Rounds of that comparison, each one measurement of either server, in alternating order (2: bare, limiter, limiter, bare). */
+const LIMITER_ROUNDS = Number(process.env.BENCH_LIMITER_ROUNDS ?? 2);
+/** Real hubs send one heartbeat per 30–60 s; the bench sends them as fast as it can: the tier is lifted, but still counted. */
+const RATE_LIMITS = 'heartbeat=1000000/60';
 /** A directory: write a CPU profile of this process (the service) for each mode's sustained phase. */
 const PROFILE_DIR = process.env.BENCH_PROFILE;
 /** Set to skip the silence and expiry part (quicker runs while profiling the hot path). */
@@ -121,13 +134,25 @@ async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {
 // ---------------------------------------------------------------------------------------
 // The ceiling: the same request, verified the same way, answered at once.
 
-async function measureCeiling(tokens: Tokens, devices: readonly Device[]): Promise<LoadResult> {
+interface BareServer {
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+/**
+ * The ceiling's server. With `limiting`, the service's own rate-limit middleware runs first,
+ * where the service has it (before body parsing), and the route reuses the claims it
+ * verified, as the service's heartbeat route does: what it adds is the limiter's work alone.
+ */
+async function startBareServer(tokens: Tokens, limiting: RateLimitDeps | null): Promise<BareServer> {
   const app = express();
   app.disable('x-powered-by');
+  if (limiting !== null) app.use(rateLimit(limiting));
   app.use(express.json({ limit: 64 * 1024 }));
   app.post('/api/v1/devices/heartbeat/:uuid', (req, res) => {
     try {
-      const claims = tokens.verifyDevice(bearerToken(req.get('Authorization')));
+      const verified = res.locals.deviceClaims as DeviceClaims | undefined;
+      const claims = verified ?? tokens.verifyDevice(bearerToken(req.get('Authorization')));
       if (claims.deviceUuid !== req.params.uuid) {
         res.status(403).json({ statusCode: 403 });
         return;
@@ -140,13 +165,153 @@ async function measureCeiling(tokens: Tokens, devices: readonly Device[]): Promi
   const server = app.listen(0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const address = server.address();
-  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  return {
+    port: typeof address === 'object' && address !== null ? address.port : 0,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+async function measureCeiling(tokens: Tokens, devices: readonly Device[]): Promise<LoadResult> {
+  const server = await startBareServer(tokens, null);
   try {
-    await load(port, devices, 'sustained', 2000); // warm up the JIT
-    return await load(port, devices, 'sustained');
+    await load(server.port, devices, 'sustained', 2000); // warm up the JIT
+    return await load(server.port, devices, 'sustained');
   } finally {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await server.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU per request, and the rate limiter's cost
+
+/** CPU time of this process's main thread (the event loop) in µs, from /proc on Linux (NaN elsewhere). */
+function mainThreadCpuUs(): number {
+  try {
+    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime, fields 14 and 15 of the line (11 and 12 after the name), in clock ticks of 10 ms.
+    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** CPU time redis-server has used (user + system), in µs, from INFO. */
+async function redisCpuUs(redis: Redis): Promise<number> {
+  const info = await redis.info('cpu');
+  const field = (name: string): number => Number(new RegExp(`^${name}:([0-9.]+)`, 'm').exec(info)?.[1] ?? Number.NaN);
+  return (field('used_cpu_user') + field('used_cpu_sys')) * 1e6;
+}
+
+interface Costed {
+  readonly result: LoadResult;
+  /** Per request: CPU of this whole process (every thread), of its event-loop thread, and of redis-server (null: not watched). */
+  readonly cpuUs: number;
+  readonly loopCpuUs: number;
+  readonly redisCpuUs: number | null;
+}
+
+/**
+ * Runs one load and divides the CPU spent meanwhile by the requests answered. The window
+ * includes handing the job to the load generator (the same for every measurement).
+ */
+async function costed(run: () => Promise<LoadResult>, redis: Redis | null = null): Promise<Costed> {
+  const redisBefore = redis === null ? 0 : await redisCpuUs(redis);
+  const loopBefore = mainThreadCpuUs();
+  const cpuBefore = process.cpuUsage();
+  const result = await run();
+  const cpu = process.cpuUsage(cpuBefore);
+  const loop = mainThreadCpuUs() - loopBefore;
+  const n = Math.max(1, result.requests);
+  return {
+    result,
+    cpuUs: (cpu.user + cpu.system) / n,
+    loopCpuUs: loop / n,
+    redisCpuUs: redis === null ? null : ((await redisCpuUs(redis)) - redisBefore) / n,
+  };
+}
+
+interface LimiterComparison {
+  readonly store: 'memory' | 'Redis';
+  readonly bare: readonly Costed[];
+  readonly limited: readonly Costed[];
+}
+
+function costSummary(c: Costed): string {
+  const redis = c.redisCpuUs === null ? '' : `, redis-server ${c.redisCpuUs.toFixed(1)} µs`;
+  return `${summary(c.result)}; CPU per request: process ${c.cpuUs.toFixed(1)} µs, event loop ${c.loopCpuUs.toFixed(1)} µs${redis}`;
+}
+
+/**
+ * The ceiling's server bare and with the service's rate limiter in front (`rateLimit` with the
+ * limiter the service builds in this mode: in memory, or in Redis), warmed up, then measured
+ * in alternation — bare, limiter, limiter, bare, … — with the same client and duration, so
+ * that load from elsewhere on the machine weighs on both. Every request consumes a point of
+ * the heartbeat tier, lifted as for the service so that none is refused.
+ */
+async function compareLimiter(mode: string, tokens: Tokens, devices: readonly Device[], redisUrl: string | null): Promise<LimiterComparison> {
+  const limits = parseRateLimits(RATE_LIMITS);
+  let storeErrors = 0;
+  let rejected = 0;
+  const redis = redisUrl === null ? null : new Redis(redisUrl, { maxRetriesPerRequest: null, lazyConnect: false });
+  redis?.on('error', (error: Error) => log(`${mode}: limiter's redis connection: ${error.message}`));
+  const real: RateLimiter =
+    redis === null
+      ? createMemoryRateLimiter(limits)
+      : createRedisRateLimiter(redis, limits, () => {
+          storeErrors++;
+        });
+  // Counts the points taken, to show afterwards that every request took one (a call and an increment: nothing next to a consume).
+  let consumed = 0;
+  const limiter: RateLimiter = {
+    limitOf: (tier) => real.limitOf(tier),
+    consume: (tier, key) => {
+      consumed++;
+      return real.consume(tier, key);
+    },
+  };
+  const store = redis === null ? 'memory' : 'Redis';
+  const bareServer = await startBareServer(tokens, null);
+  const limitedServer = await startBareServer(tokens, {
+    limiter,
+    tokens,
+    matchApiKey: createApiKeyMatcher(TEST_SECRETS.INTERNAL_API_KEYS.split(',')),
+    onRejected: () => {
+      rejected++;
+    },
+  });
+  try {
+    await redis?.ping();
+    log(`${mode}: the limiter's cost (${store}): ceiling bare and with the rate limiter, ${LIMITER_ROUNDS} rounds in alternation`);
+    await load(bareServer.port, devices, 'sustained', 2000); // warm up the JIT
+    await load(limitedServer.port, devices, 'sustained', 2000);
+    consumed = 0;
+    const bare: Costed[] = [];
+    const limited: Costed[] = [];
+    for (let round = 0; round < LIMITER_ROUNDS; round++) {
+      for (const withLimiter of round % 2 === 0 ? [false, true] : [true, false]) {
+        const c = await costed(() => load(withLimiter ? limitedServer.port : bareServer.port, devices, 'sustained'), redis);
+        (withLimiter ? limited : bare).push(c);
+        log(`${mode}:   ${withLimiter ? `with ${store} limiter` : 'bare'}: ${costSummary(c)}`);
+      }
+    }
+    // Every answered request took a point, none was refused, and the store answered every time (no fail-open).
+    const answered = limited.reduce((sum, c) => sum + c.result.requests, 0);
+    if (storeErrors > 0 || rejected > 0 || consumed < answered) {
+      throw new Error(`the limiter comparison is void: ${storeErrors} store errors, ${rejected} refusals, ${consumed} points taken for ${answered} requests answered`);
+    }
+    for (const c of [...bare, ...limited]) {
+      const others = Object.keys(c.result.statuses).filter((s) => s !== '200');
+      if (others.length > 0) throw new Error(`the limiter comparison is void: statuses ${others.join(', ')} besides 200`);
+    }
+    return { store, bare, limited };
+  } finally {
+    await bareServer.close();
+    await limitedServer.close();
+    await redis?.quit();
   }
 }
 
@@ -214,6 +379,9 @@ interface ModeResult {
   /** Embedded only: over HTTP in distributed mode every first heartbeat waits on the jongodb-bound projector. */
   readonly firstPass: LoadResult | null;
   readonly sustained: LoadResult;
+  /** CPU per heartbeat of this process (the service) during `sustained`. */
+  readonly sustainedCpu: Costed;
+  readonly limiter: LimiterComparison | null;
   /** The ceiling measured just before and just after `sustained`, on the same machine state. */
   readonly ceilings: readonly LoadResult[];
   readonly offline: { readonly count: number; readonly earliestMs: number; readonly worstMs: number; readonly worstSeenMs: number; readonly spanSeconds: number };
@@ -257,7 +425,7 @@ async function benchMode(mode: string, tokens: Tokens, ceilingDevices: readonly 
       LOG_LEVEL: 'warn',
       OFFLINE_AFTER_SECONDS: String(OFFLINE_AFTER_SECONDS),
       // Real hubs send one heartbeat per 30–60 s; the bench sends them as fast as it can.
-      RATE_LIMITS: 'heartbeat=1000000/60',
+      RATE_LIMITS,
     });
     log(`${mode}: registering ${DEVICES} devices through the command layer`);
     const registerStarted = Date.now();
@@ -271,6 +439,7 @@ async function benchMode(mode: string, tokens: Tokens, ceilingDevices: readonly 
     }
     const registerSeconds = (Date.now() - registerStarted) / 1000;
     await ceiling('before');
+    const limiter = MEASURE_LIMITER ? await compareLimiter(mode, tokens, ceilingDevices, mode === 'embedded' ? null : (env.REDIS_URL as string)) : null;
 
     const service = await startService(config, createLogger('warn', silentSink));
     // Distributed: a second "API process" for the last heartbeat of every device (see lastPass).
@@ -284,10 +453,20 @@ async function benchMode(mode: string, tokens: Tokens, ceilingDevices: readonly 
         log(`${mode}:   ${summary(firstPass)}`);
       }
       log(`${mode}: sustained heartbeats for ${SUSTAIN_MS / 1000} s`);
-      const sustained = await profiled(`heartbeat-${mode}`, () => load(port, devices, 'sustained'));
-      log(`${mode}:   ${summary(sustained)}`);
+      const sustainedCpu = await profiled(`heartbeat-${mode}`, () => costed(() => load(port, devices, 'sustained')));
+      const sustained = sustainedCpu.result;
+      log(`${mode}:   ${costSummary(sustainedCpu)}`);
       if (SKIP_OFFLINE) {
-        return { mode, registerSeconds, firstPass, sustained, ceilings, offline: { count: 0, earliestMs: 0, worstMs: 0, worstSeenMs: 0, spanSeconds: 0 } };
+        return {
+          mode,
+          registerSeconds,
+          firstPass,
+          sustained,
+          sustainedCpu,
+          limiter,
+          ceilings,
+          offline: { count: 0, earliestMs: 0, worstMs: 0, worstSeenMs: 0, spanSeconds: 0 },
+        };
       }
 
       // The last heartbeat of every device, then silence: all 10k deadlines fall within this pass.
@@ -335,7 +514,7 @@ async function benchMode(mode: string, tokens: Tokens, ceilingDevices: readonly 
           `to ${offline.worstMs} ms (worst), seen by a subscriber ${offline.worstSeenMs} ms after at worst; transitions spread over ${offline.spanSeconds.toFixed(1)} s`,
       );
       await ceiling('after');
-      return { mode, registerSeconds, firstPass, sustained, ceilings, offline };
+      return { mode, registerSeconds, firstPass, sustained, sustainedCpu, limiter, ceilings, offline };
     } finally {
       await sideStore?.close();
       await service.stop();
@@ -402,6 +581,53 @@ async function main(): Promise<void> {
       `| ${r.mode} | ${Math.round(s.perSecond)} | ${Math.round(ceiling)} (${r.ceilings.map((c) => Math.round(c.perSecond)).join(', ')}) | ${Math.round((100 * s.perSecond) / ceiling)} % | ` +
         `${ms(s.latencyMs.p50)} | ${ms(s.latencyMs.p99)} | ${ms(ceilingP99)} | ${r.firstPass === null ? '—' : Math.round(r.firstPass.perSecond)} | ` +
         `${r.offline.count}/${DEVICES}, +${(r.offline.earliestMs / 1000).toFixed(2)} s, +${(r.offline.worstMs / 1000).toFixed(2)} s |\n`,
+    );
+  }
+  printLimiterTable(results);
+}
+
+/**
+ * The limiter's cost per request, two ways: from throughput, (1/rate with − 1/rate without)
+ * over all rounds (and per round, bare and limiter measured one after the other), and from
+ * CPU per request. Then as a share of a real heartbeat: the service's time per heartbeat
+ * at its sustained rate (1/rate) and its event-loop CPU per heartbeat, same mode, same run.
+ */
+function printLimiterTable(results: readonly ModeResult[]): void {
+  const compared = results.filter((r) => r.limiter !== null);
+  if (compared.length === 0) return;
+  const rateOf = (cs: readonly Costed[]): number =>
+    (1000 * cs.reduce((sum, c) => sum + c.result.requests, 0)) / cs.reduce((sum, c) => sum + c.result.elapsedMs, 0);
+  const mean = (xs: readonly number[]): number => xs.reduce((sum, x) => sum + x, 0) / Math.max(1, xs.length);
+  const f1 = (n: number): string => n.toFixed(1);
+  const int = (n: number): string => Math.round(n).toLocaleString('en-US');
+  process.stdout.write(
+    '\n| mode | limiter store | bare req/s (rounds) | with limiter req/s (rounds) | with / bare | bare p50 / p99 ms | with limiter p50 / p99 ms | ' +
+      'limiter µs/req from rates (per round) | event-loop CPU µs/req bare / with (Δ) | process CPU µs/req bare / with (Δ) | redis-server CPU µs/req | ' +
+      'service heartbeat µs/req: 1/rate, event-loop CPU | limiter share of a heartbeat: time, event-loop CPU |\n' +
+      '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n',
+  );
+  for (const r of compared) {
+    const { store, bare, limited } = r.limiter as LimiterComparison;
+    const rateBare = rateOf(bare);
+    const rateWith = rateOf(limited);
+    const costUs = (1 / rateWith - 1 / rateBare) * 1e6;
+    const perRound = bare.map((b, i) => (1 / (limited[i] as Costed).result.perSecond - 1 / b.result.perSecond) * 1e6);
+    const loopBare = mean(bare.map((c) => c.loopCpuUs));
+    const loopWith = mean(limited.map((c) => c.loopCpuUs));
+    const cpuBare = mean(bare.map((c) => c.cpuUs));
+    const cpuWith = mean(limited.map((c) => c.cpuUs));
+    const redisWith = limited[0]?.redisCpuUs === null ? null : mean(limited.map((c) => c.redisCpuUs ?? 0));
+    const serviceUs = 1e6 / r.sustained.perSecond;
+    const serviceLoopUs = r.sustainedCpu.loopCpuUs;
+    const latency = (cs: readonly Costed[]): string => `${f1(mean(cs.map((c) => c.result.latencyMs.p50)))} / ${f1(mean(cs.map((c) => c.result.latencyMs.p99)))}`;
+    const sign = (n: number): string => `${n >= 0 ? '+' : '−'}${f1(Math.abs(n))}`;
+    process.stdout.write(
+      `| ${r.mode} | ${store} | ${int(rateBare)} (${bare.map((c) => int(c.result.perSecond)).join(', ')}) | ` +
+        `${int(rateWith)} (${limited.map((c) => int(c.result.perSecond)).join(', ')}) | ${Math.round((100 * rateWith) / rateBare)} % | ` +
+        `${latency(bare)} | ${latency(limited)} | ${sign(costUs)} (${perRound.map(sign).join(', ')}) | ` +
+        `${f1(loopBare)} / ${f1(loopWith)} (${sign(loopWith - loopBare)}) | ${f1(cpuBare)} / ${f1(cpuWith)} (${sign(cpuWith - cpuBare)}) | ` +
+        `${redisWith === null ? '–' : f1(redisWith)} | ${f1(serviceUs)}, ${f1(serviceLoopUs)} | ` +
+        `${f1((100 * costUs) / serviceUs)} %, ${f1((100 * (loopWith - loopBare)) / serviceLoopUs)} % |\n`,
     );
   }
 }

@@ -64,7 +64,33 @@ function decision(limit: TierLimit, res: RateLimiterRes, allowed: boolean, nowMs
   };
 }
 
-function build(limits: Readonly<Record<Tier, TierLimit>>, make: (tier: Tier, limit: TierLimit) => RateLimiterAbstract, onStoreError: (tier: Tier, error: Error) => void): RateLimiter {
+/** A store call that has not answered in this long counts as unreachable (the request is let through). */
+export const STORE_TIMEOUT_MS = 1000;
+
+class StoreTimeoutError extends Error {
+  constructor(ms: number) {
+    super(`the rate-limit store did not answer within ${ms} ms`);
+    this.name = 'StoreTimeoutError';
+  }
+}
+
+/** `work`, or a StoreTimeoutError after `ms` (the work itself runs on; its late answer is dropped). */
+function within<T>(work: Promise<T>, ms: number | null): Promise<T> {
+  if (ms === null) return work;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new StoreTimeoutError(ms)), ms);
+  });
+  work.catch(() => undefined);
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+}
+
+function build(
+  limits: Readonly<Record<Tier, TierLimit>>,
+  make: (tier: Tier, limit: TierLimit) => RateLimiterAbstract,
+  onStoreError: (tier: Tier, error: Error) => void,
+  timeoutMs: number | null,
+): RateLimiter {
   const limiters = new Map<Tier, RateLimiterAbstract>(TIERS.map((tier) => [tier, make(tier, limits[tier])]));
   return {
     limitOf: (tier) => limits[tier],
@@ -73,7 +99,7 @@ function build(limits: Readonly<Record<Tier, TierLimit>>, make: (tier: Tier, lim
       const limiter = limiters.get(tier) as RateLimiterAbstract;
       const now = Date.now();
       try {
-        return decision(limit, await limiter.consume(key, 1), true, now);
+        return decision(limit, await within(limiter.consume(key, 1), timeoutMs), true, now);
       } catch (rejection) {
         if (rejection instanceof RateLimiterRes) return decision(limit, rejection, false, now);
         // The store is unreachable: fail open — keep answering — and say so.
@@ -89,12 +115,15 @@ export function createMemoryRateLimiter(limits: Readonly<Record<Tier, TierLimit>
     limits,
     (tier, limit) => new RateLimiterMemory({ keyPrefix: tier, points: limit.points, duration: limit.durationSeconds }),
     () => undefined,
+    null,
   );
 }
 
 /**
  * Counters in Redis. When Redis is not ready the call does not queue behind the
- * reconnection: it fails at once and the request is let through (fail open).
+ * reconnection: it fails at once and the request is let through (fail open). A call that
+ * was on its way when the connection dropped (queued again until Redis is back), or that a
+ * stalled Redis does not answer, is let through after STORE_TIMEOUT_MS.
  */
 export function createRedisRateLimiter(
   redis: Redis,
@@ -112,6 +141,7 @@ export function createRedisRateLimiter(
         rejectIfRedisNotReady: true,
       }),
     onStoreError,
+    STORE_TIMEOUT_MS,
   );
 }
 

@@ -5,6 +5,7 @@ import {
   createRedisRateLimiter,
   DEFAULT_LIMITS,
   parseRateLimits,
+  STORE_TIMEOUT_MS,
   type RateLimiter,
   type Tier,
   type TierLimit,
@@ -111,6 +112,31 @@ describe('Redis counters', () => {
     const counted = [];
     for (let i = 0; i < 4; i++) counted.push((await limiter.consume('login', key)).allowed);
     expect(counted).toEqual([true, true, true, false]);
+  });
+
+  test('a stalled Redis (connected, answering nothing) holds no request: let through after the store timeout', async () => {
+    const errors: Error[] = [];
+    const limiter = createRedisRateLimiter(await connect(), limits, (_tier, error) => errors.push(error));
+    const key = randomUUID();
+    expect((await limiter.consume('login', key)).remaining).toBe(2);
+    redis.pause();
+    try {
+      const started = Date.now();
+      const decisions = await Promise.all([limiter.consume('login', key), limiter.consume('general', key)]);
+      const waited = Date.now() - started;
+      expect(decisions.map((d) => d.allowed)).toEqual([true, true]);
+      expect(waited).toBeGreaterThanOrEqual(STORE_TIMEOUT_MS - 50);
+      expect(waited).toBeLessThan(STORE_TIMEOUT_MS * 4);
+      expect(errors.map((e) => e.message)).toEqual([
+        `the rate-limit store did not answer within ${STORE_TIMEOUT_MS} ms`,
+        `the rate-limit store did not answer within ${STORE_TIMEOUT_MS} ms`,
+      ]);
+    } finally {
+      redis.resume();
+    }
+    // Redis answers again: the stalled call was counted late (3 points: 2 left, 1 taken late, the last one now).
+    expect(await limiter.consume('login', key)).toMatchObject({ allowed: true, remaining: 0 });
+    expect((await limiter.consume('login', key)).allowed).toBe(false);
   });
 });
 

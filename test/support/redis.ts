@@ -12,6 +12,9 @@ export interface PrivateRedis {
   kill(): Promise<void>;
   /** Starts it again on the same port (empty: it keeps nothing on disk). */
   restart(): Promise<void>;
+  /** SIGSTOP / SIGCONT: connections stay open and nothing is answered, as when Redis stalls. */
+  pause(): void;
+  resume(): void;
   stop(): Promise<void>;
 }
 
@@ -67,6 +70,12 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     url: `redis://127.0.0.1:${port}`,
     port,
     kill: () => terminate('SIGKILL'),
+    pause: () => {
+      child?.kill('SIGSTOP');
+    },
+    resume: () => {
+      child?.kill('SIGCONT');
+    },
     restart: async () => {
       await terminate('SIGKILL');
       await launch();

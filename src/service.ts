@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { Server as NetServer, type AddressInfo } from 'node:net';
+import { Server as NetServer, type AddressInfo, type Socket } from 'node:net';
 import Redis from 'ioredis';
 import type { Config, Secrets } from './config';
 import type { Logger } from './logger';
@@ -19,7 +19,7 @@ import { createTunnel, type Tunnel } from './tunnel/tunnel';
 import { tunnelLimiterFrom } from './tunnel/limiter';
 import { createTokens } from './auth/tokens';
 import type { EventStore } from './infra/eventstore/port';
-import { comparePositions, formatPosition } from './infra/eventstore/port';
+import { comparePositions, formatPosition, type GlobalPosition } from './infra/eventstore/port';
 import { openEmbeddedEventStore } from './infra/eventstore/embedded';
 import { createEsdbEventStore } from './infra/eventstore/esdb';
 import type { ReadStore } from './infra/readstore/port';
@@ -27,7 +27,7 @@ import { allProjections } from './projections';
 import type { Projector } from './projections/projector';
 import { openMemoryReadModels, openMongoReadModels, type ReadModels, type RebuildReport } from './projections/read-models';
 import { createLocalWatermark, createRedisWatermark, type Watermark } from './projections/watermark';
-import { createRedisLease } from './projections/lease';
+import { createRedisLease, delay } from './projections/lease';
 import { resolveEmbeddedSecrets } from './secrets';
 import { createAuthCommands, type AuthCommands } from './commands/auth';
 import { createSessionCommands } from './commands/sessions';
@@ -70,19 +70,6 @@ const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
 /** After the projector stopped or failed, this long before this process bids for the lease again. */
 const PROJECTOR_RETRY_MS = 1000;
 
-function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      { once: true },
-    );
-  });
-}
 
 /** Ready only while the projections are caught up within this much (decisions §8). */
 const PROJECTOR_READY_LAG_MS = 5000;
@@ -152,7 +139,8 @@ function reportProgress(logger: Logger): (projector: Projector) => Projector {
   return (projector) => {
     const started = Date.now();
     void projector.caughtUp.then(() => {
-      const { eventsApplied, position } = projector.progress();
+      const { eventsApplied, position, caughtUp } = projector.progress();
+      if (!caughtUp) return; // it failed before: logged by its onError
       logger.info({ eventsApplied, position: position === null ? null : formatPosition(position), ms: Date.now() - started }, 'projector caught up');
     });
     let reported = 0;
@@ -223,7 +211,7 @@ function runProjectorRole(config: Config, infra: Infrastructure, logger: Logger)
       }
       if (abort.signal.aborted) return;
       logger.warn('projector lease lost or projector stopped; standing by');
-      await abortableDelay(PROJECTOR_RETRY_MS, abort.signal);
+      await delay(PROJECTOR_RETRY_MS, abort.signal);
     }
   })();
   return {
@@ -292,33 +280,62 @@ function onRateLimitStoreError(logger: Logger, metrics: Metrics): (tier: Tier, e
 }
 
 /** How long requests in flight may still run after SIGTERM before their connections are cut (the process has 10 s in all). */
-const SHUTDOWN_HTTP_GRACE_MS = 6000;
+const SHUTDOWN_HTTP_GRACE_MS = 5000;
 
 /** Keep-alive connections that carry no request are closed from this long after SIGTERM on. */
 const SHUTDOWN_IDLE_GRACE_MS = 500;
 
+/** What an HTTP server is doing now, for a shutdown to find: responses being written, open sockets (upgraded ones included). */
+interface Traffic {
+  readonly responses: ReadonlySet<ServerResponse>;
+  readonly sockets: ReadonlySet<Socket>;
+}
+
+function trackTraffic(server: Server): Traffic {
+  const responses = new Set<ServerResponse>();
+  const sockets = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    responses.add(res);
+    res.once('close', () => responses.delete(res));
+  });
+  return { responses, sockets };
+}
+
 /**
  * Closes an HTTP server gracefully: no new connections from now on; answers in flight
  * completed, with `Connection: close`, so their connections end with them; connections
- * that carry no request closed after a short grace; every connection cut after `graceMs`.
+ * that carry no request closed after a short grace; every socket still open (WebSockets
+ * included) destroyed after `graceMs`.
  *
- * Not `server.close()`: since Node 19 it also closes at once every connection that is
- * "idle", which includes one whose request has arrived but not yet been parsed because
- * the event loop was busy: that request would be reset instead of answered.
+ * Not `server.close()` at first: since Node 19 it also closes at once every connection that
+ * is "idle", which includes one whose request has arrived but not yet been parsed because
+ * the event loop was busy: that request would be reset instead of answered. For the same
+ * reason the idle sweeps run in the check phase (`setImmediate`), after pending input has
+ * been read.
  */
-function drainHttpServer(server: Server, active: ReadonlySet<ServerResponse>, graceMs: number): Promise<void> {
+function drainHttpServer(server: Server, traffic: Traffic, graceMs: number): Promise<void> {
   return new Promise<void>((resolve) => {
     const closeAfterAnswer = (res: ServerResponse): void => {
       if (!res.headersSent) res.setHeader('Connection', 'close');
     };
-    for (const res of active) closeAfterAnswer(res);
+    for (const res of traffic.responses) closeAfterAnswer(res);
     server.on('request', (_req: IncomingMessage, res: ServerResponse) => closeAfterAnswer(res));
+    const sweep = (): void => {
+      setImmediate(() => server.closeIdleConnections());
+    };
     let idle: NodeJS.Timeout | undefined;
     const startIdle = setTimeout(() => {
-      server.closeIdleConnections();
-      idle = setInterval(() => server.closeIdleConnections(), 100);
+      sweep();
+      idle = setInterval(sweep, 100);
     }, SHUTDOWN_IDLE_GRACE_MS);
-    const cut = setTimeout(() => server.closeAllConnections(), graceMs);
+    const cut = setTimeout(() => {
+      server.closeAllConnections();
+      for (const socket of traffic.sockets) socket.destroy();
+    }, graceMs);
     NetServer.prototype.close.call(server, () => {
       clearTimeout(startIdle);
       clearInterval(idle);
@@ -326,16 +343,6 @@ function drainHttpServer(server: Server, active: ReadonlySet<ServerResponse>, gr
       resolve();
     });
   });
-}
-
-/** The responses being written now, for a shutdown to find. */
-function trackResponses(server: Server): Set<ServerResponse> {
-  const active = new Set<ServerResponse>();
-  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
-    active.add(res);
-    res.once('close', () => active.delete(res));
-  });
-  return active;
 }
 
 export async function startService(config: Config, logger: Logger, clock: Clock = systemClock): Promise<RunningService> {
@@ -354,21 +361,29 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   const expiry = roles.has('expiry') ? await runExpiryRole(config, infra, logger, clock, deviceStates, metrics) : null;
 
   let server: Server | null = null;
-  let responses: ReadonlySet<ServerResponse> = new Set();
+  let traffic: Traffic = { responses: new Set(), sockets: new Set() };
   let tunnel: Tunnel | null = null;
-  let behindSince: number | null = null;
+  /**
+   * The oldest head position a probe saw that the projections had not reached yet, and when.
+   * Under steady writes the watermark is nearly always a little behind the head of the
+   * moment; what counts is whether a head seen at some time is applied within 5 s of it.
+   */
+  let pendingHead: { readonly position: GlobalPosition; readonly seenAt: number } | null = null;
 
   const readiness = async (): Promise<ReadinessReport> => {
     const checks: Record<string, { status: 'ok' | 'fail'; detail?: string }> = {};
     const check = async (name: string, probe: () => Promise<void>): Promise<void> => {
+      let timer: NodeJS.Timeout | undefined;
       try {
-        await Promise.race([probe(), new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), 2000).unref())]);
+        await Promise.race([probe(), new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('timeout')), 2000)))]);
         checks[name] = { status: 'ok' };
       } catch (error) {
         checks[name] = { status: 'fail', detail: error instanceof Error ? error.message : 'unavailable' };
+      } finally {
+        clearTimeout(timer);
       }
     };
-    let head: Awaited<ReturnType<EventStore['headPosition']>> = null;
+    let head: GlobalPosition | null = null;
     await Promise.all([
       check('eventStore', async () => {
         head = await infra.eventStore.headPosition();
@@ -377,13 +392,15 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       check('credentials', () => infra.credentials.ping()),
       ...(infra.redis !== null ? [check('redis', async () => void (await infra.redis?.ping()))] : []),
     ]);
+    const now = Date.now();
     const current = infra.watermark.current();
-    const headPosition = head as Awaited<ReturnType<EventStore['headPosition']>>;
-    const caughtUp = headPosition === null || (current !== null && comparePositions(current, headPosition) >= 0);
-    if (caughtUp) behindSince = null;
-    else behindSince ??= Date.now();
-    // Behind since first seen behind, or since this process's oldest append still unapplied, whichever is longer.
-    const lagMs = Math.max(behindSince === null ? 0 : Date.now() - behindSince, lag.lag(current).ms);
+    const reached = (position: GlobalPosition): boolean => current !== null && comparePositions(current, position) >= 0;
+    if (pendingHead !== null && reached(pendingHead.position)) pendingHead = null;
+    // Assigned in a callback above, which the compiler's flow analysis does not follow.
+    const seen = head as GlobalPosition | null;
+    if (pendingHead === null && seen !== null && !reached(seen)) pendingHead = { position: seen, seenAt: now };
+    // Behind since a head seen then, or since this process's oldest append still unapplied, whichever is longer.
+    const lagMs = Math.max(pendingHead === null ? 0 : now - pendingHead.seenAt, lag.lag(current).ms);
     checks.projector = lagMs <= PROJECTOR_READY_LAG_MS ? { status: 'ok' } : { status: 'fail', detail: `behind for ${lagMs} ms` };
     return { ready: Object.values(checks).every((c) => c.status === 'ok'), checks };
   };
@@ -458,7 +475,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
     });
     server = createServer(app);
-    responses = trackResponses(server);
+    traffic = trackTraffic(server);
     tunnel = await createTunnel(server, {
       tokens,
       limiter: tunnelLimiterFrom(limiter, (tier) => metrics.rateLimitRejections.inc({ tier })),
@@ -488,7 +505,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     rebuildReadModels: () => infra.readModels.rebuild(allProjections()),
     stop: async () => {
       // Stop accepting first: the listening socket closes now; requests in flight run to their end.
-      const closed = server === null ? Promise.resolve() : drainHttpServer(server, responses, SHUTDOWN_HTTP_GRACE_MS);
+      const closed = server === null ? Promise.resolve() : drainHttpServer(server, traffic, SHUTDOWN_HTTP_GRACE_MS);
       // Tunnel sockets: their transports close, so their clients reconnect (to another process).
       await tunnel?.close();
       await closed;

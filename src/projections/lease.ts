@@ -20,6 +20,19 @@ export interface Lease {
 const RENEW = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end`;
 const RELEASE = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`;
 
+/** Waits `ms`, or less when `signal` aborts; leaves no listener behind either way. */
+export function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
 export function createRedisLease(redis: Redis, key: string, ttlMs: number): Lease {
   const owner = randomUUID();
   let held = false;
@@ -65,13 +78,7 @@ export function createRedisLease(redis: Redis, key: string, ttlMs: number): Leas
         } catch {
           // Redis unreachable: keep standing by.
         }
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, Math.max(50, Math.floor(ttlMs / 3)));
-          signal?.addEventListener('abort', () => {
-            clearTimeout(t);
-            resolve();
-          });
-        });
+        await delay(Math.max(50, Math.floor(ttlMs / 3)), signal);
       }
     },
     async release() {

@@ -34,7 +34,8 @@ export interface Projector {
 
 /**
  * Catch-up subscription over all events from the stored checkpoint. Events are applied
- * in order, one at a time, to every projection that reads their stream; the checkpoint
+ * in order, one at a time, to every projection that reads their stream (an event no
+ * projection reads only moves the position); the checkpoint
  * is written after the writes (batched: writes are idempotent, so a crash between a
  * write and its checkpoint only re-applies events harmlessly).
  */
@@ -58,11 +59,10 @@ export async function startProjector(
   let sinceCheckpoint = 0;
   let timer: NodeJS.Timeout | undefined;
 
-  const prefixes = [...new Set(projections.flatMap((p) => p.streamPrefixes))];
-  const subscription: Subscription = eventStore.subscribe({
-    ...(position !== null ? { fromPosition: position } : {}),
-    streamPrefixes: prefixes,
-  });
+  // Every stream, not only those some projection reads: the position then passes events
+  // nothing projects too (e-mail reservations), so a write of one of them is "applied" for
+  // read-your-writes, readiness and lag as soon as the projector has seen it.
+  const subscription: Subscription = eventStore.subscribe(position !== null ? { fromPosition: position } : {});
 
   let resolveCaughtUp: () => void = () => undefined;
   const caughtUp = new Promise<void>((resolve) => (resolveCaughtUp = resolve));

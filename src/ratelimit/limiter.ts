@@ -85,13 +85,32 @@ function within<T>(work: Promise<T>, ms: number | null): Promise<T> {
   return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }
 
+/** How a store that may stall is guarded. */
+export interface StoreGuard {
+  /** A call not answered in this long lets its request through. */
+  readonly timeoutMs: number;
+  /** After such a timeout, requests are let through at once, without asking the store, for this long. */
+  readonly pauseMs: number;
+}
+
+export const DEFAULT_STORE_GUARD: StoreGuard = { timeoutMs: STORE_TIMEOUT_MS, pauseMs: 5000 };
+
+class StorePausedError extends Error {
+  constructor() {
+    super('the rate-limit store timed out recently: not asked for now');
+    this.name = 'StorePausedError';
+  }
+}
+
 function build(
   limits: Readonly<Record<Tier, TierLimit>>,
   make: (tier: Tier, limit: TierLimit) => RateLimiterAbstract,
   onStoreError: (tier: Tier, error: Error) => void,
-  timeoutMs: number | null,
+  guard: StoreGuard | null,
 ): RateLimiter {
   const limiters = new Map<Tier, RateLimiterAbstract>(TIERS.map((tier) => [tier, make(tier, limits[tier])]));
+  // A stalled store would add the whole timeout to every request and pile calls up behind it.
+  let pausedUntil = 0;
   return {
     limitOf: (tier) => limits[tier],
     async consume(tier, key) {
@@ -99,9 +118,11 @@ function build(
       const limiter = limiters.get(tier) as RateLimiterAbstract;
       const now = Date.now();
       try {
-        return decision(limit, await within(limiter.consume(key, 1), timeoutMs), true, now);
+        if (now < pausedUntil) throw new StorePausedError();
+        return decision(limit, await within(limiter.consume(key, 1), guard?.timeoutMs ?? null), true, now);
       } catch (rejection) {
         if (rejection instanceof RateLimiterRes) return decision(limit, rejection, false, now);
+        if (rejection instanceof StoreTimeoutError && guard !== null) pausedUntil = Date.now() + guard.pauseMs;
         // The store is unreachable: fail open — keep answering — and say so.
         onStoreError(tier, rejection instanceof Error ? rejection : new Error(String(rejection)));
         return { allowed: true, limit: limit.points, remaining: limit.points, resetAt: Math.ceil(now / 1000) + limit.durationSeconds, retryAfter: 0 };
@@ -123,12 +144,14 @@ export function createMemoryRateLimiter(limits: Readonly<Record<Tier, TierLimit>
  * Counters in Redis. When Redis is not ready the call does not queue behind the
  * reconnection: it fails at once and the request is let through (fail open). A call that
  * was on its way when the connection dropped (queued again until Redis is back), or that a
- * stalled Redis does not answer, is let through after STORE_TIMEOUT_MS.
+ * stalled Redis does not answer, is let through after `guard.timeoutMs`; then Redis is not
+ * asked for `guard.pauseMs`, every request let through at once.
  */
 export function createRedisRateLimiter(
   redis: Redis,
   limits: Readonly<Record<Tier, TierLimit>>,
   onStoreError: (tier: Tier, error: Error) => void,
+  guard: StoreGuard = DEFAULT_STORE_GUARD,
 ): RateLimiter {
   return build(
     limits,
@@ -141,7 +164,7 @@ export function createRedisRateLimiter(
         rejectIfRedisNotReady: true,
       }),
     onStoreError,
-    STORE_TIMEOUT_MS,
+    guard,
   );
 }
 

@@ -19,6 +19,9 @@ export const rememberRouteBase: RequestHandler = (req, res, next) => {
   next();
 };
 
+/** The status recorded for a request whose connection closed before its answer was written. */
+const CLIENT_CLOSED_REQUEST = 499;
+
 /**
  * One structured log line and one metric sample per request: method, route, status,
  * duration and request id. Headers and bodies are never logged.
@@ -27,17 +30,16 @@ export function observeRequests(logger: Logger, metrics: Metrics): RequestHandle
   return (req, res, next) => {
     const started = process.hrtime.bigint();
     metrics.httpInFlight.inc();
-    // 'close' comes after 'finish', and also when the client went away first.
-    res.once('close', () => metrics.httpInFlight.dec());
-    res.once('finish', () => {
+    // 'close' comes after 'finish', and also when the connection went away before the answer
+    // was written: such a request is counted and logged with status 499 (client closed request).
+    res.once('close', () => {
+      metrics.httpInFlight.dec();
+      const status = res.writableFinished ? res.statusCode : CLIENT_CLOSED_REQUEST;
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      const labels = { method: req.method, route: routeOf(req, res.locals.routeBase), status: String(res.statusCode) };
+      const labels = { method: req.method, route: routeOf(req, res.locals.routeBase), status: String(status) };
       metrics.httpRequests.inc(labels);
       metrics.httpDuration.observe(labels, seconds);
-      logger.info(
-        { method: labels.method, route: labels.route, status: res.statusCode, durationMs: Math.round(seconds * 1e4) / 10, requestId: res.locals.requestId },
-        'request',
-      );
+      logger.info({ method: labels.method, route: labels.route, status, durationMs: Math.round(seconds * 1e4) / 10, requestId: res.locals.requestId }, 'request');
     });
     next();
   };

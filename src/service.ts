@@ -3,7 +3,7 @@ import { Server as NetServer, type AddressInfo, type Socket } from 'node:net';
 import Redis from 'ioredis';
 import type { Config, Secrets } from './config';
 import type { Logger } from './logger';
-import { createApp } from './api/app';
+import { createApp, createOperationsApp } from './api/app';
 import { createMetrics, type Metrics } from './metrics';
 import { instrumentEventStore, type AppendObserver } from './infra/eventstore/instrumented';
 import { createLagTracker } from './projections/lag';
@@ -42,8 +42,8 @@ import { createTimerExpiryScheduler } from './presence/timer-scheduler';
 import { createBullmqExpiryScheduler } from './presence/bullmq-scheduler';
 
 export interface RunningService {
-  /** The HTTP port, when this process runs the API role. */
-  readonly port: number | null;
+  /** The HTTP port: the API, or only health, readiness and metrics in a process without the api role. */
+  readonly port: number;
   /** The event store this process writes to (tests and tools read streams back through it). */
   readonly eventStore: EventStore;
   /** The read models this process serves (the current generation, whichever that is). */
@@ -488,14 +488,18 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     });
     const running = tunnel;
     metrics.sources.tunnel = () => running.stats();
-    const listening = server;
-    await new Promise<void>((resolve, reject) => {
-      listening.once('error', reject);
-      listening.listen(config.port, config.host, () => resolve());
-    });
+  } else {
+    // Projector or expiry only: health, readiness and metrics still answer on PORT.
+    server = createServer(createOperationsApp({ logger, metrics, health: { readiness } }));
+    traffic = trackTraffic(server);
   }
+  const listening = server;
+  await new Promise<void>((resolve, reject) => {
+    listening.once('error', reject);
+    listening.listen(config.port, config.host, () => resolve());
+  });
 
-  const port = server === null ? null : (server.address() as AddressInfo).port;
+  const port = (listening.address() as AddressInfo).port;
   logger.info({ port, mode: config.mode, roles: [...roles] }, 'service started');
 
   return {

@@ -60,3 +60,22 @@ export function createApp(deps: AppDeps): Express {
   app.use(errorMiddleware(deps.logger));
   return app;
 }
+
+/**
+ * A process without the `api` role (projector, expiry) still answers its operator on PORT:
+ * health, readiness and metrics, nothing else. No rate limit: nothing here reaches a client.
+ */
+export function createOperationsApp(deps: { readonly logger: Logger; readonly metrics: Metrics; readonly health: HealthDeps }): Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.use(requestId);
+  app.use(observeRequests(deps.logger, deps.metrics));
+  const v1 = express.Router();
+  v1.use(rememberRouteBase, healthRoutes(deps.health));
+  app.use('/api/v1', v1);
+  app.use(metricsRoutes(deps.metrics.registry));
+  app.use(notFoundHandler);
+  app.use(errorMiddleware(deps.logger));
+  return app;
+}

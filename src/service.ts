@@ -281,6 +281,8 @@ function onRateLimitStoreError(logger: Logger, metrics: Metrics): (tier: Tier, e
 
 /** How long requests in flight may still run after SIGTERM before their connections are cut (the process has 10 s in all). */
 const SHUTDOWN_HTTP_GRACE_MS = 5000;
+/** The whole shutdown, within the 10 s an orchestrator gives between SIGTERM and SIGKILL (main.ts exits at 10 s regardless). */
+const SHUTDOWN_BUDGET_MS = 9000;
 
 /** Keep-alive connections that carry no request are closed from this long after SIGTERM on. */
 const SHUTDOWN_IDLE_GRACE_MS = 500;
@@ -508,17 +510,37 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     readStore: infra.readStore,
     rebuildReadModels: () => infra.readModels.rebuild(allProjections()),
     stop: async () => {
+      const deadline = Date.now() + SHUTDOWN_BUDGET_MS;
+      // One step of the shutdown, given the time left; a step that does not finish in it is
+      // logged and left behind, so that the next ones still run (a store that hangs, say).
+      const step = async (name: string, work: () => Promise<void>): Promise<void> => {
+        let timer: NodeJS.Timeout | undefined;
+        const outcome = await Promise.race([
+          work().then(
+            () => 'done' as const,
+            (error: unknown) => {
+              logger.warn({ step: name, err: error instanceof Error ? error.message : String(error) }, 'shutdown: step failed');
+              return 'done' as const;
+            },
+          ),
+          new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), Math.max(0, deadline - Date.now())))),
+        ]);
+        clearTimeout(timer);
+        if (outcome === 'late') logger.warn({ step: name }, 'shutdown: step did not finish in time; going on');
+      };
       // Stop accepting first: the listening socket closes now; requests in flight run to their end.
       const closed = server === null ? Promise.resolve() : drainHttpServer(server, traffic, SHUTDOWN_HTTP_GRACE_MS);
       // Tunnel sockets: their transports close, so their clients reconnect (to another process).
-      await tunnel?.close();
-      await closed;
+      await step('tunnel', async () => tunnel?.close());
+      await step('http', () => closed);
       // Reset mails still on their way are sent before the stores close.
-      await auth?.drain();
-      mailer?.close();
-      await expiry?.stop();
-      if (projector !== null) await projector.stop();
-      await infra.close();
+      await step('mail', async () => {
+        await auth?.drain();
+        mailer?.close();
+      });
+      await step('expiry', async () => expiry?.stop());
+      await step('projector', async () => projector?.stop());
+      await step('stores', () => infra.close());
     },
   };
 }

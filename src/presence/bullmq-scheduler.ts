@@ -116,7 +116,14 @@ export function createBullmqExpiryScheduler(options: BullmqSchedulerOptions): Ex
     async close() {
       if (closed) return;
       closed = true;
-      await worker?.close();
+      // Redis away: nothing to finish properly. Cut the connections first, so that closing
+      // does not wait for a reconnection; a job that was running is retried by another worker.
+      const away = queueConnection.status !== 'ready' || workerConnection.status !== 'ready';
+      if (away) {
+        queueConnection.disconnect();
+        workerConnection.disconnect();
+      }
+      await worker?.close(away);
       await queue.close();
       // disconnect, not quit: quit would wait for a Redis that may be away.
       queueConnection.disconnect();

@@ -84,7 +84,8 @@ export function createRedisLease(redis: Redis, key: string, ttlMs: number): Leas
     async release() {
       const wasHeld = held;
       markLost();
-      if (wasHeld) await redis.eval(RELEASE, 1, key, owner).catch(() => undefined);
+      // Redis away: the command would wait for it to come back; the lease expires by itself.
+      if (wasHeld && redis.status === 'ready') await redis.eval(RELEASE, 1, key, owner).catch(() => undefined);
     },
   };
 }

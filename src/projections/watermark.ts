@@ -129,7 +129,8 @@ export async function createRedisWatermark(
     },
     async close() {
       clearInterval(poller);
-      await subscriber.unsubscribe(CHANNEL).catch(() => undefined);
+      // Redis away: the command would wait for it; the subscription ends with the connection anyway.
+      if (subscriber.status === 'ready') await subscriber.unsubscribe(CHANNEL).catch(() => undefined);
       await local.close();
     },
   };

@@ -148,3 +148,31 @@ describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
     server = null;
   }, 60_000);
 });
+
+describe('SIGTERM while Redis is down (distributed mode)', () => {
+  let stack: Stack;
+  let server: ServerProcess | null = null;
+
+  beforeAll(async () => {
+    stack = await startStack();
+    server = await startServerProcess({ ...TEST_SECRETS, ...stack.env, RATE_LIMITS: GENEROUS_RATE_LIMITS });
+  }, 60_000);
+  afterAll(async () => {
+    await server?.kill();
+    await stack?.stop();
+  }, 30_000);
+
+  test('steps that hang on Redis are left behind in time: exit 0 within 10 s', async () => {
+    const target = server as ServerProcess;
+    await stack.redis.kill();
+    // Still answering without Redis.
+    expect((await api(target, 'GET', '/health')).status).toBe(200);
+    const signalled = Date.now();
+    expect(await target.stop()).toBe(0);
+    expect(Date.now() - signalled).toBeLessThan(10_000);
+    expect(target.output()).toMatch(/"msg":"stopped"/);
+    // Nothing waited for Redis to come back: no step had to be left behind.
+    expect(target.output()).not.toMatch(/did not finish in time/);
+    server = null;
+  }, 30_000);
+});

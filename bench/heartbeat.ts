@@ -20,8 +20,7 @@
  */
 import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -48,6 +47,8 @@ import { startService } from '../src/service';
 import { startStack, type Stack } from '../test/support/stack';
 import { TEST_SECRETS } from '../test/support/server';
 import type { LoadJob, LoadRequest, LoadResult } from './http-load';
+import { listenOnLoopback, type LoopbackServer } from './loopback';
+import { profiled } from './profile';
 
 const DEVICES = Number(process.env.BENCH_DEVICES ?? 10_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
@@ -115,36 +116,17 @@ function summary(r: LoadResult): string {
   return `${Math.round(r.perSecond)} req/s over ${r.requests} requests; latency p50 ${l.p50.toFixed(2)} ms, p90 ${l.p90.toFixed(2)} ms, p99 ${l.p99.toFixed(2)} ms, max ${l.max.toFixed(1)} ms; ${statuses}`;
 }
 
-/** Runs `work` under the V8 profiler when BENCH_PROFILE names a directory. */
-async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {
-  if (PROFILE_DIR === undefined) return work();
-  const session = new Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
-  try {
-    return await work();
-  } finally {
-    const { profile } = await session.post('Profiler.stop');
-    writeFileSync(join(PROFILE_DIR, `${name}.cpuprofile`), JSON.stringify(profile));
-    session.disconnect();
-  }
-}
 
 // ---------------------------------------------------------------------------------------
 // The ceiling: the same request, verified the same way, answered at once.
 
-interface BareServer {
-  readonly port: number;
-  close(): Promise<void>;
-}
 
 /**
  * The ceiling's server. With `limiting`, the service's own rate-limit middleware runs first,
  * where the service has it (before body parsing), and the route reuses the claims it
  * verified, as the service's heartbeat route does: what it adds is the limiter's work alone.
  */
-async function startBareServer(tokens: Tokens, limiting: RateLimitDeps | null): Promise<BareServer> {
+async function startBareServer(tokens: Tokens, limiting: RateLimitDeps | null): Promise<LoopbackServer> {
   const app = express();
   app.disable('x-powered-by');
   if (limiting !== null) app.use(rateLimit(limiting));
@@ -162,16 +144,7 @@ async function startBareServer(tokens: Tokens, limiting: RateLimitDeps | null): 
       res.status(401).json({ statusCode: 401 });
     }
   });
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  const address = server.address();
-  return {
-    port: typeof address === 'object' && address !== null ? address.port : 0,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  return listenOnLoopback(app);
 }
 
 async function measureCeiling(tokens: Tokens, devices: readonly Device[]): Promise<LoadResult> {
@@ -325,16 +298,21 @@ const noWaitWatermark: Watermark = {
   close: async () => undefined,
 };
 
-async function registerDevices(eventStore: EventStore, tokens: Tokens, count: number, concurrency: number): Promise<Device[]> {
-  const commands = createDeviceCommands({
+/** The device use cases straight on an event store: an empty read model, and no waiting for projections. */
+function unwatchedDeviceCommands(eventStore: EventStore, maxDevicesPerUser: number): ReturnType<typeof createDeviceCommands> {
+  return createDeviceCommands({
     eventStore,
-    // Nothing reads back: the owner's device count starts at 0 and the cap is lifted.
     readStore: createMemoryReadStore(),
     watermark: noWaitWatermark,
     clock: systemClock,
     readYourWritesTimeoutMs: 1,
-    maxDevicesPerUser: count + 1,
+    maxDevicesPerUser,
   });
+}
+
+async function registerDevices(eventStore: EventStore, tokens: Tokens, count: number, concurrency: number): Promise<Device[]> {
+  // Nothing reads back: the owner's device count starts at 0 and the cap is lifted.
+  const commands = unwatchedDeviceCommands(eventStore, count + 1);
   const owner = randomUUID();
   const devices: Device[] = new Array<Device>(count);
   let nextIndex = 0;
@@ -453,7 +431,7 @@ async function benchMode(mode: string, tokens: Tokens, ceilingDevices: readonly 
         log(`${mode}:   ${summary(firstPass)}`);
       }
       log(`${mode}: sustained heartbeats for ${SUSTAIN_MS / 1000} s`);
-      const sustainedCpu = await profiled(`heartbeat-${mode}`, () => costed(() => load(port, devices, 'sustained')));
+      const sustainedCpu = await profiled(PROFILE_DIR, `heartbeat-${mode}`, () => costed(() => load(port, devices, 'sustained')));
       const sustained = sustainedCpu.result;
       log(`${mode}:   ${costSummary(sustainedCpu)}`);
       if (SKIP_OFFLINE) {
@@ -533,14 +511,7 @@ async function benchMode(mode: string, tokens: Tokens, ceilingDevices: readonly 
  * nothing. The expiry side (what this part measures) is the same either way.
  */
 async function lastPass(eventStore: EventStore, devices: readonly Device[]): Promise<void> {
-  const commands = createDeviceCommands({
-    eventStore,
-    readStore: createMemoryReadStore(),
-    watermark: noWaitWatermark,
-    clock: systemClock,
-    readYourWritesTimeoutMs: 1,
-    maxDevicesPerUser: 1,
-  });
+  const commands = unwatchedDeviceCommands(eventStore, 1);
   let next = 0;
   const worker = async (): Promise<void> => {
     for (let i = next++; i < devices.length; i = next++) {

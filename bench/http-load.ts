@@ -116,7 +116,11 @@ export async function runLoad(job: LoadJob): Promise<LoadResult> {
     });
 
   await Promise.all(Array.from({ length: job.connections }, runConnection));
-  const elapsedMs = performance.now() - started;
+  return summarize(latencies, completed, performance.now() - started, statuses);
+}
+
+/** Rate and latency percentiles of `completed` requests (their latencies first in `latencies`) over `elapsedMs`. */
+export function summarize(latencies: Float64Array, completed: number, elapsedMs: number, statuses: Record<string, number>): LoadResult {
   const measured = latencies.subarray(0, Math.min(completed, latencies.length)).sort();
   return {
     requests: completed,

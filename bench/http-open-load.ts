@@ -12,7 +12,8 @@
  */
 import { fork } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
-import { parseResponse, percentile, requestBytes, type LoadRequest, type LoadResult } from './http-load';
+import { parseResponse, percentile, requestBytes, summarize, type LoadRequest, type LoadResult } from './http-load';
+import { mulberry32 } from '../test/support/prng';
 
 export interface OpenLoadJob {
   readonly port: number;
@@ -49,21 +50,10 @@ export function runInChild<Job extends object, Result>(file: string, job: Job): 
   });
 }
 
-/** A small seeded PRNG (mulberry32): the same schedule for the same seed. */
-function random(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
 /** Arrival times in ms from the start: exponential gaps with mean 1000 / rate. */
 export function poissonSchedule(ratePerSecond: number, durationMs: number, seed: number): Float64Array {
-  const next = random(seed);
+  const next = mulberry32(seed);
   const times: number[] = [];
   for (let t = -Math.log(1 - next()) * (1000 / ratePerSecond); t < durationMs; t += -Math.log(1 - next()) * (1000 / ratePerSecond)) {
     times.push(t);
@@ -195,19 +185,9 @@ export async function runOpenLoad(job: OpenLoadJob): Promise<OpenLoadResult> {
   for (const connection of all) connection.socket.destroy();
   if (failure !== null) throw failure;
 
-  const measured = latencies.subarray(0, completed).sort();
   const sortedLags = lags.subarray(0, sent).sort();
   return {
-    requests: completed,
-    elapsedMs,
-    perSecond: (completed / elapsedMs) * 1000,
-    statuses,
-    latencyMs: {
-      p50: percentile(measured, 50),
-      p90: percentile(measured, 90),
-      p99: percentile(measured, 99),
-      max: measured[measured.length - 1] ?? 0,
-    },
+    ...summarize(latencies, completed, elapsedMs, statuses),
     offered: schedule.length,
     offeredPerSecond: (schedule.length / job.durationMs) * 1000,
     unanswered: schedule.length - completed,

@@ -39,7 +39,9 @@ import { DEVICES_COLLECTION, evolveDeviceDoc, type DeviceDoc } from '../src/proj
 import { startTestService, type Mode, type TestService } from '../test/support/harness';
 import type { LoadJob, LoadRequest, LoadResult } from './http-load';
 import { runInChild } from './http-open-load';
+import { listenOnLoopback, type LoopbackServer } from './loopback';
 import { profiled } from './profile';
+import { mulberry32 } from '../test/support/prng';
 
 const DEVICES = Number(process.env.BENCH_DEVICES ?? 100_000);
 /** jongodb's every write and query costs time in proportion to the collection's size: see the README. */
@@ -62,19 +64,8 @@ function log(message: string): void {
 // ---------------------------------------------------------------------------------------
 // The population
 
-/** mulberry32: a seeded PRNG, so every run builds the same devices. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
-let random = prng(1);
+let random = mulberry32(1);
 const int = (below: number): number => Math.floor(random() * below);
 
 function uuid(): string {
@@ -161,7 +152,7 @@ function householdSize(): number {
 }
 
 function buildPopulation(devices: number): Population {
-  random = prng(devices);
+  random = mulberry32(devices);
   const fleetLinks = fleetLinksFor(devices);
   const plans: Link[][] = [];
   const households: string[] = [];
@@ -250,7 +241,7 @@ async function measure(port: number, callers: readonly Caller[]): Promise<LoadRe
 }
 
 /** The bare server: the same token check and the same body, without the service's query. */
-async function startBare(tokens: Tokens, population: Population, callers: readonly Caller[]): Promise<{ port: number; close: () => Promise<void> }> {
+async function startBare(tokens: Tokens, population: Population, callers: readonly Caller[]): Promise<LoopbackServer> {
   const pages = new Map<string, unknown>(callers.map((c) => [c.userId, expectedPage(population, c.userId)]));
   const app = express();
   app.disable('x-powered-by');
@@ -263,16 +254,7 @@ async function startBare(tokens: Tokens, population: Population, callers: readon
       res.status(401).json({ statusCode: 401 });
     }
   });
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  const address = server.address();
-  return {
-    port: typeof address === 'object' && address !== null ? address.port : 0,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  return listenOnLoopback(app);
 }
 
 function summary(r: LoadResult): string {

@@ -10,6 +10,7 @@ import type { Actor } from '../src/domain/messages';
 import { sessionDecider } from '../src/domain/session';
 import { userDecider } from '../src/domain/user';
 import type { EventStore, NewEvent } from '../src/infra/eventstore/port';
+import { mulberry32 } from '../test/support/prng';
 
 export interface WorkloadOptions {
   /** Stop once at least this many events have been appended. */
@@ -26,17 +27,6 @@ export interface WorkloadResult {
   readonly devices: number;
 }
 
-/** mulberry32: small, fast, good enough to shuffle a workload. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function uuidFrom(random: () => number): string {
   const hex = Array.from({ length: 32 }, () => Math.floor(random() * 16).toString(16)).join('');
@@ -46,7 +36,7 @@ function uuidFrom(random: () => number): string {
 const START = Date.parse('2026-01-01T00:00:00.000Z');
 
 export async function generateWorkload(store: EventStore, options: WorkloadOptions): Promise<WorkloadResult> {
-  const random = prng(options.seed ?? 42);
+  const random = mulberry32(options.seed ?? 42);
   const concurrency = options.concurrency ?? 256;
   let clock = START;
   const tick = (ms: number): string => {

@@ -349,12 +349,15 @@ function drainHttpServer(server: Server, traffic: Traffic, graceMs: number): Pro
 
 export async function startService(config: Config, logger: Logger, clock: Clock = systemClock): Promise<RunningService> {
   const metrics = createMetrics();
-  const lag = createLagTracker();
+  // The watermark comes with the infrastructure, whose event store reports to the tracker.
+  let watermark: Watermark | null = null;
+  const lag = createLagTracker(() => watermark?.current() ?? null);
   const infra = await connectInfrastructure(config, logger, {
     appendSeconds: metrics.eventStoreAppendSeconds,
     onAppended: (position, count) => lag.appended(position, count),
   });
-  metrics.sources.projectorLag = () => lag.lag(infra.watermark.current());
+  watermark = infra.watermark;
+  metrics.sources.projectorLag = () => lag.lag();
   const roles = new Set(config.roles);
   const projector = roles.has('projector') ? runProjectorRole(config, infra, logger) : null;
   if (projector !== null) await projector.ready;
@@ -402,7 +405,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     const seen = head as GlobalPosition | null;
     if (pendingHead === null && seen !== null && !reached(seen)) pendingHead = { position: seen, seenAt: now };
     // Behind since a head seen then, or since this process's oldest append still unapplied, whichever is longer.
-    const lagMs = Math.max(pendingHead === null ? 0 : now - pendingHead.seenAt, lag.lag(current).ms);
+    const lagMs = Math.max(pendingHead === null ? 0 : now - pendingHead.seenAt, lag.lag(now).ms);
     checks.projector = lagMs <= PROJECTOR_READY_LAG_MS ? { status: 'ok' } : { status: 'fail', detail: `behind for ${lagMs} ms` };
     return { ready: Object.values(checks).every((c) => c.status === 'ok'), checks };
   };

@@ -10,8 +10,8 @@ import { comparePositions } from '../infra/eventstore/port';
 export interface LagTracker {
   /** An append of `count` events ending at `position`, acknowledged at `at` (ms). */
   appended(position: GlobalPosition, count: number, at?: number): void;
-  /** The lag against `applied`, the position the projections have reached (null: none yet). */
-  lag(applied: GlobalPosition | null, now?: number): { readonly events: number; readonly ms: number };
+  /** The lag now. */
+  lag(now?: number): { readonly events: number; readonly ms: number };
 }
 
 interface Pending {
@@ -26,17 +26,20 @@ interface Pending {
  */
 const MAX_PENDING = 100_000;
 
-export function createLagTracker(): LagTracker {
+/** `applied`: the position the projections have reached (null: none yet). */
+export function createLagTracker(applied: () => GlobalPosition | null): LagTracker {
   // Ordered by position: appends are acknowledged in position order, or close to it.
   const pending: Pending[] = [];
   let head = 0;
   let events = 0;
 
-  const dropApplied = (applied: GlobalPosition | null): void => {
-    if (applied === null) return;
+  // Called on every append too, so that only unapplied appends are ever held.
+  const dropApplied = (): void => {
+    const reached = applied();
+    if (reached === null) return;
     while (head < pending.length) {
       const first = pending[head] as Pending;
-      if (comparePositions(first.position, applied) > 0) break;
+      if (comparePositions(first.position, reached) > 0) break;
       events -= first.count;
       head++;
     }
@@ -49,6 +52,7 @@ export function createLagTracker(): LagTracker {
 
   return {
     appended(position, count, at = Date.now()) {
+      dropApplied();
       events += count;
       const last = pending.length > head ? (pending[pending.length - 1] as Pending) : null;
       if (last !== null && (pending.length - head >= MAX_PENDING || comparePositions(position, last.position) < 0)) {
@@ -59,8 +63,8 @@ export function createLagTracker(): LagTracker {
       }
       pending.push({ position, count, at });
     },
-    lag(applied, now = Date.now()) {
-      dropApplied(applied);
+    lag(now = Date.now()) {
+      dropApplied();
       const oldest = pending[head];
       return { events, ms: oldest === undefined ? 0 : Math.max(0, now - oldest.at) };
     },

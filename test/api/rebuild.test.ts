@@ -6,6 +6,7 @@ import { createMongoReadStore } from '../../src/infra/readstore/mongo';
 import { api, createUser, MODES, startTestService, type Mode, type TestService } from '../support/harness';
 import { runReplay } from '../support/replay';
 import { READ_MODEL_COLLECTIONS, snapshotReadModels } from '../support/snapshot';
+import { mulberry32 } from '../support/prng';
 
 /**
  * Rebuilding the read models (decisions §9) in both modes: after a randomized workload a
@@ -23,17 +24,6 @@ interface RebuildReport {
   collections: Record<string, number>;
 }
 
-/** mulberry32: the workload is random but reproducible from its seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const SEED = Number(process.env.REBUILD_TEST_SEED ?? Date.now() % 100_000);
 
@@ -57,7 +47,7 @@ describe.each<Mode>(MODES)(`read-model rebuild (%s mode, seed ${SEED})`, (mode) 
 
   /** Registrations, links, role changes, unlinks, renames, heartbeats, expiries, deletions and re-registrations, at random. */
   const randomWorkload = async (steps: number): Promise<void> => {
-    const random = prng(SEED);
+    const random = mulberry32(SEED);
     const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
     const users: User[] = [];
     for (let i = 0; i < 5; i++) users.push(await createUser(service));

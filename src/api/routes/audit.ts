@@ -47,7 +47,7 @@ documentRoute({
     'The events of `device-<uuid>`, oldest first, with actor and request id, paginated by revision (owner or admin). ' +
     'Pass `meta.nextAfter` back as `after` while `meta.hasMore`. With `include=heartbeats` the heartbeat stream is merged in ' +
     'the order the events were recorded, and it has its own cursor (`heartbeatAfter` / `meta.nextHeartbeatAfter`). ' +
-    'An admin may read any device, a deleted one too (by uuid); a re-registered device continues the same history.',
+    'An admin may read every device, a deleted one too (by uuid); a re-registered device continues the same history.',
   security: 'access',
   params: deviceIdParams,
   query: deviceHistoryQuery,

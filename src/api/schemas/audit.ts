@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT } from '../../audit/device-audit';
 import { DEVICE_ROLES } from '../../domain/device';
+import { deviceResponse } from './devices';
 
 /** Schemas of the auditor endpoints (decisions §9) and of the read-model rebuild. */
 
@@ -78,22 +79,7 @@ export const deviceStateResponse = z.object({
   at: z.string(),
   revision: z.number().int().nullable().describe('The last event folded in; null before the first registration'),
   status: z.enum(['none', 'active', 'deleted']),
-  device: z
-    .object({
-      id: z.string(),
-      uuid: z.string(),
-      deviceId: z.string(),
-      name: z.string(),
-      ipAddress: z.string().nullable(),
-      port: z.string(),
-      metadata: z.record(z.string(), z.unknown()).nullable(),
-      isOnline: z.boolean(),
-      lastSeenAt: z.string().nullable(),
-      gen: z.number().int(),
-      createdAt: z.string(),
-      updatedAt: z.string(),
-    })
-    .nullable(),
+  device: deviceResponse.extend({ lastSeenAt: z.string().nullable(), gen: z.number().int() }).nullable(),
   users: z.array(z.object({ id: z.string(), role: z.enum(DEVICE_ROLES), linkId: z.string(), createdAt: z.string(), updatedAt: z.string() })),
 });
 

@@ -1,4 +1,5 @@
-import { MongoClient, type Collection } from 'mongodb';
+import type { Collection } from 'mongodb';
+import { connectMongo } from '../mongo';
 import { assertCredentialKey, assertHash, type CredentialStore } from './port';
 
 /**
@@ -23,9 +24,7 @@ export async function openMongoCredentialStore(
   uri: string,
   options: { readonly dbName?: string; readonly collectionName?: string } = {},
 ): Promise<CredentialStore> {
-  const client = new MongoClient(uri);
-  await client.connect();
-  const db = options.dbName === undefined ? client.db() : client.db(options.dbName);
+  const { client, db } = await connectMongo(uri, options.dbName);
   const collection: Collection<CredentialDoc> = db.collection<CredentialDoc>(options.collectionName ?? CREDENTIALS_COLLECTION);
   let closed = false;
 

@@ -1,4 +1,5 @@
-import { MongoClient, type Collection } from 'mongodb';
+import type { Collection } from 'mongodb';
+import { connectMongo } from '../mongo';
 
 /**
  * Which generation of the read models is served. A rebuild fills a fresh generation (in
@@ -95,14 +96,7 @@ export async function createMongoGenerationRegistry(
   uri: string,
   options: { readonly dbName?: string; readonly pollMs?: number } = {},
 ): Promise<GenerationRegistry> {
-  const client = new MongoClient(uri);
-  try {
-    await client.connect();
-  } catch (error) {
-    await client.close().catch(() => undefined);
-    throw error;
-  }
-  const db = options.dbName === undefined ? client.db() : client.db(options.dbName);
+  const { client, db } = await connectMongo(uri, options.dbName);
   const collection: Collection<GenerationDoc> = db.collection<GenerationDoc>(GENERATION_COLLECTION);
   const pollMs = options.pollMs ?? 1000;
   const timers = new Set<NodeJS.Timeout>();

@@ -1,4 +1,5 @@
-import { MongoClient, type Collection, type Document, type Filter } from 'mongodb';
+import type { Collection, Document, Filter } from 'mongodb';
+import { connectMongo } from '../mongo';
 import type { FieldFilter, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
 
 /**
@@ -16,14 +17,7 @@ export async function createMongoReadStore(
   const prefix = options.collectionPrefix ?? '';
   if (prefix.includes('$') || prefix.includes('\u0000')) throw new TypeError(`invalid collection prefix "${prefix}"`);
   // Undefined properties are left out, as the memory adapter does, instead of stored as null.
-  const client = new MongoClient(uri, { ignoreUndefined: true });
-  try {
-    await client.connect();
-  } catch (error) {
-    await client.close().catch(() => undefined);
-    throw error;
-  }
-  const db = options.dbName === undefined ? client.db() : client.db(options.dbName);
+  const { client, db } = await connectMongo(uri, options.dbName, { ignoreUndefined: true });
   const checkpoints = db.collection<CheckpointDoc>(`${prefix}${CHECKPOINTS}`);
   const collections = new Map<string, MongoReadCollection>();
   let closed = false;
@@ -84,6 +78,18 @@ interface MongoDoc extends Document {
   _id: string;
 }
 
+/** A document and its guard checked before a write: its id, and its other fields (none of them reserved). */
+function checkedDocument(doc: Stored, guard: string): { id: string; fields: Omit<Stored, 'id'> } {
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new TypeError('document must be an object');
+  assertId(doc.id, 'document id');
+  assertGuard(guard);
+  const { id, ...fields } = doc;
+  for (const reserved of ['_id', GUARD]) {
+    if (Object.prototype.hasOwnProperty.call(fields, reserved)) throw new TypeError(`document field "${reserved}" is reserved`);
+  }
+  return { id, fields };
+}
+
 class MongoReadCollection implements ReadCollection<Stored> {
   constructor(private readonly collection: Collection<MongoDoc>) {}
 
@@ -120,13 +126,7 @@ class MongoReadCollection implements ReadCollection<Stored> {
   }
 
   async put(doc: Stored, guard: string): Promise<boolean> {
-    if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new TypeError('document must be an object');
-    assertId(doc.id, 'document id');
-    assertGuard(guard);
-    const { id, ...fields } = doc;
-    for (const reserved of ['_id', GUARD]) {
-      if (Object.prototype.hasOwnProperty.call(fields, reserved)) throw new TypeError(`document field "${reserved}" is reserved`);
-    }
+    const { id, fields } = checkedDocument(doc, guard);
     const replacement: Document = { ...fields, [GUARD]: guard };
     for (let attempt = 1; ; attempt++) {
       try {
@@ -154,13 +154,7 @@ class MongoReadCollection implements ReadCollection<Stored> {
   async load(entries: ReadonlyArray<{ readonly doc: Stored; readonly guard: string }>): Promise<void> {
     if (entries.length === 0) return;
     const documents = entries.map(({ doc, guard }): MongoDoc => {
-      if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new TypeError('document must be an object');
-      assertId(doc.id, 'document id');
-      assertGuard(guard);
-      const { id, ...fields } = doc;
-      for (const reserved of ['_id', GUARD]) {
-        if (Object.prototype.hasOwnProperty.call(fields, reserved)) throw new TypeError(`document field "${reserved}" is reserved`);
-      }
+      const { id, fields } = checkedDocument(doc, guard);
       return { ...fields, _id: id, [GUARD]: guard };
     });
     // One command for many documents: what a bulk load is for (and far cheaper than one write each).

@@ -1,0 +1,16 @@
+import { MongoClient, type Db, type MongoClientOptions } from 'mongodb';
+
+/**
+ * A connected client and its database (`dbName`, or the one the URI names). A client that
+ * fails to connect is closed before the error is passed on, so no pool is left behind.
+ */
+export async function connectMongo(uri: string, dbName?: string, clientOptions?: MongoClientOptions): Promise<{ client: MongoClient; db: Db }> {
+  const client = new MongoClient(uri, clientOptions);
+  try {
+    await client.connect();
+  } catch (error) {
+    await client.close().catch(() => undefined);
+    throw error;
+  }
+  return { client, db: dbName === undefined ? client.db() : client.db(dbName) };
+}

@@ -18,6 +18,7 @@ import type { DeviceState } from './domain/device';
 import { createTunnel, type Tunnel } from './tunnel/tunnel';
 import { tunnelLimiterFrom } from './tunnel/limiter';
 import { createTokens } from './auth/tokens';
+import { startAccessRevocationFeed, withAccessRevocations, type AccessRevocationFeed } from './auth/access-revocations';
 import type { EventStore } from './infra/eventstore/port';
 import { comparePositions, formatPosition, type GlobalPosition } from './infra/eventstore/port';
 import { openEmbeddedEventStore } from './infra/eventstore/embedded';
@@ -412,6 +413,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
 
   let auth: AuthCommands | null = null;
   let mailer: Mailer | null = null;
+  let revocationFeed: AccessRevocationFeed | null = null;
   if (roles.has('api')) {
     const sessions = createSessionCommands({
       eventStore: infra.eventStore,
@@ -427,7 +429,8 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       readYourWritesTimeoutMs: config.readYourWritesTimeoutMs,
       revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
     });
-    const tokens = createTokens(infra.secrets);
+    revocationFeed = await startAccessRevocationFeed({ eventStore: infra.eventStore, readStore: infra.readStore, logger });
+    const tokens = withAccessRevocations(createTokens(infra.secrets), revocationFeed.revocations);
     const devices = createDeviceCommands({
       eventStore: infra.eventStore,
       readStore: infra.readStore,
@@ -490,6 +493,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       redis: config.mode === 'distributed' ? { url: config.redisUrl } : null,
       appOrigin: config.appOrigin,
       onRelayed: (direction) => metrics.tunnelMessages.inc({ direction }),
+      accessRevocations: revocationFeed.revocations,
     });
     const running = tunnel;
     metrics.sources.tunnel = () => running.stats();
@@ -535,6 +539,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       const closed = server === null ? Promise.resolve() : drainHttpServer(server, traffic, SHUTDOWN_HTTP_GRACE_MS);
       // Tunnel sockets: their transports close, so their clients reconnect (to another process).
       await step('tunnel', async () => tunnel?.close());
+      await step('revocations', async () => revocationFeed?.stop());
       await step('http', () => closed);
       // Reset mails still on their way are sent before the stores close.
       await step('mail', async () => {

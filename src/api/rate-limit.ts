@@ -33,7 +33,8 @@ const PER_IP_AUTH: Readonly<Record<string, Tier>> = {
 };
 
 const OPS_PATHS = new Set(['/api/v1/health', '/api/v1/health/ready', '/metrics']);
-const HEARTBEAT = /^\/api\/v1\/devices\/heartbeat\/[^/]+\/?$/;
+/** A hub's own requests, counted per device in the heartbeat tier: heartbeats and token renewals. */
+const HEARTBEAT = /^\/api\/v1\/devices\/(?:heartbeat\/[^/]+|auth\/[^/]+\/renew)\/?$/;
 
 function token(req: Request): string | null {
   try {

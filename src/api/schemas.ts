@@ -79,7 +79,7 @@ export const messageResponse = z.object({ message: z.string() });
 export const userResponse = userSummary.extend({
   isActive: z.boolean(),
   isEmailVerified: z.boolean(),
-  profile: z.object({ avatar: z.string().nullable(), timezone: z.string(), language: z.string().nullable() }),
+  profile: z.object({ avatar: z.string().nullable(), timezone: z.string(), language: z.string() }),
   devices: z.array(
     z.object({ id: z.string(), name: z.string(), role: z.enum(['owner', 'editor', 'viewer']), isOnline: z.boolean() }),
   ),

@@ -6,7 +6,7 @@
 import { evolveDevice, initialDeviceState, type DeviceEvent, type DeviceRole, type DeviceState, type JsonObject } from '../domain/device';
 import { deviceStream, heartbeatStream, isHomeHubEventType } from '../domain/events';
 import type { Actor } from '../domain/messages';
-import { comparePositions, type EventStore, type RecordedEvent } from '../infra/eventstore/port';
+import { comparePositions, type EventStore, type GlobalPosition, type RecordedEvent } from '../infra/eventstore/port';
 
 export const HISTORY_DEFAULT_LIMIT = 50;
 export const HISTORY_MAX_LIMIT = 100;
@@ -23,6 +23,25 @@ export interface HistoryItem {
   readonly requestId: string;
 }
 
+/**
+ * Where the current registration of a device begins (its latest `DeviceRegistered`). An
+ * owner's view starts there (decisions §9): after a deletion and a re-registration by
+ * someone else, the earlier household's users, addresses and metadata stay out of sight.
+ */
+export interface RegistrationStart {
+  readonly revision: bigint;
+  readonly position: GlobalPosition;
+  readonly occurredAt: string;
+}
+
+/** The latest `DeviceRegistered` of the device, read backwards from the end of its stream. */
+export async function currentRegistration(store: EventStore, uuid: string): Promise<RegistrationStart | null> {
+  for await (const event of store.readStream(deviceStream(uuid), { direction: 'backwards' })) {
+    if (event.type === 'DeviceRegistered') return { revision: event.revision, position: event.position, occurredAt: event.metadata.occurredAt };
+  }
+  return null;
+}
+
 export interface HistoryQuery {
   /** The last device-stream revision already seen (exclusive); from the start when absent. */
   readonly after?: number | undefined;
@@ -30,6 +49,8 @@ export interface HistoryQuery {
   readonly includeHeartbeats: boolean;
   /** The last heartbeat-stream revision already seen (exclusive), with `includeHeartbeats`. */
   readonly heartbeatAfter?: number | undefined;
+  /** Only what happened from here on (an owner's view: the current registration). */
+  readonly since?: RegistrationStart | null | undefined;
 }
 
 export interface HistoryPage {
@@ -59,10 +80,23 @@ function historyItem(event: RecordedEvent): HistoryItem {
   };
 }
 
-async function readAfter(store: EventStore, stream: string, after: number | undefined, maxCount: number): Promise<RecordedEvent[]> {
+/** Up to `maxCount` events after revision `after`, skipping those recorded before `since`. */
+async function readAfter(
+  store: EventStore,
+  stream: string,
+  after: number | undefined,
+  maxCount: number,
+  since: GlobalPosition | null,
+): Promise<RecordedEvent[]> {
   const events: RecordedEvent[] = [];
   const fromRevision = after === undefined ? 0n : BigInt(after + 1);
-  for await (const event of store.readStream(stream, { fromRevision, maxCount })) events.push(event);
+  // Without a lower bound, `maxCount` caps the read; with one, events before it are skipped on the way.
+  const options = since === null ? { fromRevision, maxCount } : { fromRevision };
+  for await (const event of store.readStream(stream, options)) {
+    if (since !== null && comparePositions(event.position, since) < 0) continue;
+    events.push(event);
+    if (events.length >= maxCount) break;
+  }
   return events;
 }
 
@@ -73,8 +107,11 @@ async function readAfter(store: EventStore, stream: string, after: number | unde
  */
 export async function deviceHistory(store: EventStore, uuid: string, query: HistoryQuery): Promise<HistoryPage> {
   const after = query.after ?? null;
+  const since = query.since ?? null;
+  // An owner's cursor never reaches back before the current registration.
+  const deviceAfter = since === null ? query.after : Math.max(query.after ?? -1, Number(since.revision) - 1);
   // One more than a page from each stream tells whether anything is left.
-  const device = await readAfter(store, deviceStream(uuid), query.after, query.limit + 1);
+  const device = await readAfter(store, deviceStream(uuid), deviceAfter === undefined || deviceAfter < 0 ? undefined : deviceAfter, query.limit + 1, null);
   if (!query.includeHeartbeats) {
     const page = device.slice(0, query.limit);
     const last = page.at(-1);
@@ -84,7 +121,7 @@ export async function deviceHistory(store: EventStore, uuid: string, query: Hist
     };
   }
 
-  const heartbeats = await readAfter(store, heartbeatStream(uuid), query.heartbeatAfter, query.limit + 1);
+  const heartbeats = await readAfter(store, heartbeatStream(uuid), query.heartbeatAfter, query.limit + 1, since?.position ?? null);
   const merged = [...device, ...heartbeats].sort((a, b) => comparePositions(a.position, b.position));
   const page = merged.slice(0, query.limit);
   const lastOf = (stream: string, fallback: number | null): number | null => {
@@ -150,11 +187,12 @@ export interface DeviceStateAt {
  * stops at the first event that occurred later, so the answer is always a state the
  * device really passed through, even if clocks of two writers disagreed slightly.
  */
-export async function deviceStateAt(store: EventStore, uuid: string, at: string): Promise<DeviceStateAt> {
+export async function deviceStateAt(store: EventStore, uuid: string, at: string, since: RegistrationStart | null = null): Promise<DeviceStateAt> {
   const until = Date.parse(at);
   let state = initialDeviceState();
   let revision: number | null = null;
-  for await (const event of store.readStream(deviceStream(uuid))) {
+  // An owner's view begins with the current registration: before it, the device did not exist for them.
+  for await (const event of store.readStream(deviceStream(uuid), since === null ? {} : { fromRevision: since.revision })) {
     if (Date.parse(event.metadata.occurredAt) > until) break;
     if (!isHomeHubEventType(event.type)) continue;
     state = evolveDevice(state, { type: event.type, data: event.data } as DeviceEvent);

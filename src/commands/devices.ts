@@ -13,7 +13,7 @@ import {
   type JsonObject,
   type RecordHeartbeat,
 } from '../domain/device';
-import { NotFoundError } from '../domain/errors';
+import { NotFoundError, UnauthorizedError } from '../domain/errors';
 import { deviceStream, heartbeatStream } from '../domain/events';
 import { USER_MESSAGES } from '../domain/user';
 import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
@@ -82,6 +82,12 @@ export interface DeviceCommands {
   remove(uuid: string, ctx: CommandContext): Promise<void>;
   /** Moves the token generation on; the caller signs a device token with the new `gen`. */
   issueToken(uuid: string, ctx: CommandContext): Promise<ActiveDevice>;
+  /**
+   * A hub renews its own token (decisions §4): the device as it stands when its token of
+   * generation `tokenGen` is still current; 401 `Token has been revoked` when a newer
+   * generation was issued or the device was deleted. Nothing is written.
+   */
+  renewToken(uuid: string, tokenGen: number): Promise<ActiveDevice>;
   /** `tokenGen` is the `gen` claim of the device token that authenticated the heartbeat. */
   heartbeat(uuid: string, tokenGen: number, input: HeartbeatInput, ctx: CommandContext): Promise<HeartbeatResult>;
 }
@@ -189,6 +195,14 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
       const result = await run(uuid, { type: 'IssueDeviceToken', data: { uuid, actorUserId: actingUser(ctx), now: clock.now().toISOString() } }, ctx);
       await settle(result.position);
       return active(result.state);
+    },
+
+    async renewToken(uuid, tokenGen) {
+      const stream = deviceStream(uuid);
+      const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, cache.get(stream));
+      if (known.revision >= 0n) cache.set(stream, known);
+      if (known.state.status !== 'active' || known.state.gen !== tokenGen) throw new UnauthorizedError(DEVICE_MESSAGES.tokenRevoked);
+      return known.state;
     },
 
     /**

@@ -16,6 +16,8 @@ import { BadRequestError, ConflictError, ForbiddenError, NotFoundError } from '.
 
 export const PASSWORD_RESET_TTL_SECONDS = 3600;
 export const DEFAULT_TIMEZONE = 'UTC';
+/** Shown while neither the user nor the CRM's contract language has set one (decisions §3). */
+export const DEFAULT_LANGUAGE = 'en';
 
 export const USER_MESSAGES = {
   notFound: 'User not found',

@@ -1,10 +1,21 @@
 import { asHomeHubEvent, parseStreamName } from '../domain/events';
-import type { CrmFields, UserProfile } from '../domain/user';
+import { DEFAULT_LANGUAGE, DEFAULT_TIMEZONE, type CrmFields, type UserProfile } from '../domain/user';
 import type { RecordedEvent } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
 import { documentProjection } from './projection';
 
 export const USERS_COLLECTION = 'users';
+
+/** The profile as shown: `timezone` and `language` always set (decisions §3), `avatar` null until set. */
+export interface ProfileView {
+  readonly avatar: string | null;
+  readonly timezone: string;
+  readonly language: string;
+}
+
+export function profileView(profile: UserProfile): ProfileView {
+  return { avatar: profile.avatar, timezone: profile.timezone || DEFAULT_TIMEZONE, language: profile.language ?? DEFAULT_LANGUAGE };
+}
 
 /** The user read model behind GET /users/me. The role is derived from ADMIN_EMAILS when read. */
 export interface UserDoc {
@@ -15,7 +26,7 @@ export interface UserDoc {
   readonly lastName: string;
   readonly isActive: boolean;
   readonly isEmailVerified: boolean;
-  readonly profile: UserProfile;
+  readonly profile: ProfileView;
   readonly crm: CrmFields;
   readonly createdAt: string;
   readonly updatedAt: string;
@@ -34,7 +45,7 @@ export function evolveUserDoc(doc: UserDoc | null, recorded: RecordedEvent): Use
       lastName: e.lastName,
       isActive: doc?.isActive ?? true,
       isEmailVerified: e.isEmailVerified,
-      profile: e.profile,
+      profile: profileView(e.profile),
       crm: e.crm,
       createdAt: doc?.createdAt ?? e.syncedAt,
       updatedAt: e.syncedAt,

@@ -29,6 +29,7 @@ export const TUNNEL_MESSAGES = {
   sessionReplaced: 'A newer connection of this device replaced this one',
   accessRevoked: (deviceUuid: string) => `Access to device ${deviceUuid} has been revoked`,
   deviceRevoked: 'This device was deleted or its token was revoked',
+  accountRevoked: 'This account was deactivated: its tokens have been revoked',
   unavailable: 'The service is unavailable, try again',
 } as const;
 

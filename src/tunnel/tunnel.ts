@@ -3,6 +3,7 @@ import type { Server as HttpServer } from 'node:http';
 import type { Socket as NetSocket } from 'node:net';
 import { Server, type Namespace, type Socket } from 'socket.io';
 import type { z } from 'zod';
+import type { AccessRevocations } from '../auth/access-revocations';
 import type { Tokens } from '../auth/tokens';
 import { TOKEN_MESSAGES } from '../auth/tokens';
 import { systemClock, type Clock, type FoldedStream } from '../commands/handler';
@@ -87,6 +88,8 @@ export interface TunnelDeps {
   readonly options?: Partial<TunnelOptions>;
   /** Told of every message relayed (metrics). */
   readonly onRelayed?: (direction: RelayDirection) => void;
+  /** Deactivated accounts: their app sockets are told ACCESS_REVOKED and closed. */
+  readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked'>;
 }
 
 export interface TunnelStats {
@@ -658,6 +661,15 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
         return;
     }
   };
+
+  // A deactivated account: every process closes the sockets it holds for it.
+  deps.accessRevocations?.onRevoked((userId) => {
+    for (const session of [...sessions.values()]) {
+      if (session.kind !== 'app' || session.userId !== userId) continue;
+      session.socket.emit('tunnel:error', { code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.accountRevoked });
+      session.socket.disconnect(true);
+    }
+  });
 
   let subscription: Subscription | null = null;
   let wake: () => void = () => undefined;

@@ -230,7 +230,7 @@ describe.each<Mode>(MODES)('auditors (%s mode)', (mode) => {
       expect((await history(editor, device.uuid)).data.at(-1)?.type).toBe('UserRoleChanged');
     });
 
-    test('a deleted device: admins still read its events by uuid; a re-registration continues the same history', async () => {
+    test('a deleted device: admins still read its events by uuid; a re-registration continues the stream, the new owner sees only its own registration', async () => {
       const [first, second] = await Promise.all([createUser(service), createUser(service)]);
       const device = await register(first);
       expect((await api(service, 'DELETE', `/devices/${device.uuid}`, { token: first.accessToken })).status).toBe(200);
@@ -244,7 +244,8 @@ describe.each<Mode>(MODES)('auditors (%s mode)', (mode) => {
 
       const again = await register(second, device.uuid);
       expect(again.id).not.toBe(device.id);
-      const continued = await history(second, again.id);
+      // The admin reads the whole stream: the same stream goes on after the deletion.
+      const continued = await history(admin, again.id);
       expect(continued.data.map((e) => [e.revision, e.type])).toEqual([
         [0, 'DeviceRegistered'],
         [1, 'UserLinked'],
@@ -253,6 +254,48 @@ describe.each<Mode>(MODES)('auditors (%s mode)', (mode) => {
         [4, 'UserLinked'],
       ]);
       expect(continued.data[3]?.data).toMatchObject({ id: again.id, gen: 1 });
+      // The new owner sees the current registration only (decisions §9).
+      const own = await history(second, again.id);
+      expect(own.data.map((e) => [e.revision, e.type])).toEqual([
+        [3, 'DeviceRegistered'],
+        [4, 'UserLinked'],
+      ]);
+      expect(JSON.stringify(own)).not.toContain(first.id);
+      // A cursor from before the registration does not reach back either.
+      const fromStart = (await api(service, 'GET', `/devices/${again.id}/history?after=0`, { token: second.accessToken })).body as HistoryPage;
+      expect(fromStart.data.map((e) => e.revision)).toEqual([3, 4]);
+    });
+
+    test('a second-hand hub: its new owner never sees the earlier household (users, addresses, metadata, heartbeats)', async () => {
+      const [first, guest, second] = await Promise.all([createUser(service), createUser(service), createUser(service)]);
+      const uuid = randomUUID();
+      const res = await api(service, 'POST', '/devices/register', {
+        token: first.accessToken,
+        body: { uuid, deviceId: 'HUB-1', name: 'Old home', ipAddress: '10.1.2.3', metadata: { room: 'first-household-kitchen' } },
+      });
+      expect(res.status).toBe(201);
+      const device = res.body as Device;
+      await link(device, first, guest, 'viewer');
+      await beatOnce(device, first);
+      expect((await api(service, 'DELETE', `/devices/${uuid}`, { token: first.accessToken })).status).toBe(200);
+      const again = await register(second, uuid);
+      await beatOnce(again, second);
+
+      const own = await history(second, uuid, '?include=heartbeats');
+      const text = JSON.stringify(own);
+      for (const secret of [first.id, guest.id, '10.1.2.3', 'first-household-kitchen', 'Old home']) expect(text).not.toContain(secret);
+      expect(own.data[0]?.type).toBe('DeviceRegistered');
+      expect(own.data.filter((e) => e.type === 'HeartbeatReceived')).toHaveLength(1);
+
+      // The state before the current registration: none, for the new owner.
+      const earlier = own.data[0]?.occurredAt as string;
+      const before = await stateAt(second, uuid, new Date(Date.parse(earlier) - 1).toISOString());
+      expect(before).toMatchObject({ status: 'none', device: null, users: [] });
+      expect(JSON.stringify(await stateAt(second, uuid, new Date(Date.now() + 1000).toISOString()))).not.toContain(first.id);
+
+      // The admin still sees everything.
+      const all = JSON.stringify(await history(admin, uuid, '?include=heartbeats&limit=100'));
+      for (const secret of [first.id, guest.id, '10.1.2.3', 'first-household-kitchen']) expect(all).toContain(secret);
     });
   });
 
@@ -308,7 +351,9 @@ describe.each<Mode>(MODES)('auditors (%s mode)', (mode) => {
       const later = await stateAt(nextOwner, device.uuid, new Date(Date.now() + 1000).toISOString());
       expect(later.status).toBe('active');
       expect(later.users.map((u) => [u.id, u.role])).toEqual([[nextOwner.id, 'owner']]);
-      expect((await stateAt(nextOwner, device.uuid, at('UserLinked', 1))).users.map((u) => u.id)).toEqual([owner.id, editor.id]);
+      // The earlier household is the admin's to see, not the new owner's (decisions §9).
+      expect((await stateAt(admin, device.uuid, at('UserLinked', 1))).users.map((u) => u.id)).toEqual([owner.id, editor.id]);
+      expect(await stateAt(nextOwner, device.uuid, at('UserLinked', 1))).toMatchObject({ status: 'none', users: [] });
     });
 
     test('a bad instant is 400', async () => {

@@ -343,7 +343,7 @@ describe.each(MODES)('authentication and sessions (%s mode)', (mode) => {
         isActive: true,
         // Confirming a reset proved the mailbox.
         isEmailVerified: true,
-        profile: { avatar: null, timezone: 'UTC', language: null },
+        profile: { avatar: null, timezone: 'UTC', language: 'en' },
         devices: [],
         createdAt: expect.stringMatching(ISO),
         updatedAt: expect.stringMatching(ISO),

@@ -1,6 +1,6 @@
 import { Router, type Response } from 'express';
 import type { Tokens } from '../../auth/tokens';
-import { deviceHistory, deviceStateAt, deviceStreamExists } from '../../audit/device-audit';
+import { currentRegistration, deviceHistory, deviceStateAt, deviceStreamExists, type RegistrationStart } from '../../audit/device-audit';
 import { DEVICE_MESSAGES } from '../../domain/device';
 import { ForbiddenError, NotFoundError } from '../../domain/errors';
 import type { EventStore } from '../../infra/eventstore/port';
@@ -47,7 +47,8 @@ documentRoute({
     'The events of `device-<uuid>`, oldest first, with actor and request id, paginated by revision (owner or admin). ' +
     'Pass `meta.nextAfter` back as `after` while `meta.hasMore`. With `include=heartbeats` the heartbeat stream is merged in ' +
     'the order the events were recorded, and it has its own cursor (`heartbeatAfter` / `meta.nextHeartbeatAfter`). ' +
-    'An admin may read every device, a deleted one too (by uuid); a re-registered device continues the same history.',
+    'An owner sees the current registration only (from its `DeviceRegistered` on); an admin sees the whole stream of every ' +
+    'device, a deleted one too (by uuid).',
   security: 'access',
   params: deviceIdParams,
   query: deviceHistoryQuery,
@@ -63,7 +64,8 @@ documentRoute({
   tag: 'audit',
   summary:
     'The device as it was at `at`: its events up to that instant folded by the same code as the command side, with the ' +
-    'users who had an active link then and their roles (owner now, or admin).',
+    'users who had an active link then and their roles (owner now, or admin). An owner sees the current registration only: ' +
+    'before it, `status: none`.',
   security: 'access',
   params: deviceIdParams,
   query: deviceStateQuery,
@@ -74,6 +76,12 @@ documentRoute({
   },
 });
 
+/** The device an audit request reads, and where the caller's view of it begins (null: the whole stream). */
+interface Audited {
+  readonly uuid: string;
+  readonly since: RegistrationStart | null;
+}
+
 export function auditRoutes(deps: AuditDeps): Router {
   const router = Router();
   const signedIn = requireAccessToken(deps.tokens);
@@ -83,37 +91,40 @@ export function auditRoutes(deps: AuditDeps): Router {
    * read model drops deleted devices, so for those an admin names the uuid and the stream
    * answers whether it ever existed.
    */
-  const auditedUuid = async (res: Response, idOrUuid: string): Promise<string> => {
+  const auditedUuid = async (res: Response, idOrUuid: string): Promise<Audited> => {
     const who = caller(res);
     const isAdmin = who.role === 'admin';
     const key = idOrUuid.toLowerCase();
     const doc = await findDevice(deps.readStore, key);
     if (doc !== null) {
       const role = roleOf(doc, who.sub);
-      if (role === 'owner' || isAdmin) return doc.uuid;
+      if (isAdmin) return { uuid: doc.uuid, since: null };
+      // An owner sees the current registration only (decisions §9).
+      if (role === 'owner') return { uuid: doc.uuid, since: await currentRegistration(deps.eventStore, doc.uuid) };
       if (role !== null) throw new ForbiddenError(AUDIT_MESSAGES.ownerOnly);
       throw new NotFoundError(DEVICE_MESSAGES.notFound);
     }
-    if (isAdmin && GUID.test(key) && (await deviceStreamExists(deps.eventStore, key))) return key;
+    if (isAdmin && GUID.test(key) && (await deviceStreamExists(deps.eventStore, key))) return { uuid: key, since: null };
     throw new NotFoundError(DEVICE_MESSAGES.notFound);
   };
 
   router.get('/:id/history', signedIn, async (req, res) => {
     const query = parseInput(deviceHistoryQuery, req.query);
-    const uuid = await auditedUuid(res, parseInput(deviceIdParams, req.params).id);
+    const { uuid, since } = await auditedUuid(res, parseInput(deviceIdParams, req.params).id);
     const page = await deviceHistory(deps.eventStore, uuid, {
       after: query.after,
       limit: query.limit,
       includeHeartbeats: query.include === 'heartbeats',
       heartbeatAfter: query.heartbeatAfter,
+      since,
     });
     res.status(200).json(page);
   });
 
   router.get('/:id/state', signedIn, async (req, res) => {
     const query = parseInput(deviceStateQuery, req.query);
-    const uuid = await auditedUuid(res, parseInput(deviceIdParams, req.params).id);
-    res.status(200).json(await deviceStateAt(deps.eventStore, uuid, query.at ?? deps.clock.now().toISOString()));
+    const { uuid, since } = await auditedUuid(res, parseInput(deviceIdParams, req.params).id);
+    res.status(200).json(await deviceStateAt(deps.eventStore, uuid, query.at ?? deps.clock.now().toISOString(), since));
   });
 
   return router;

@@ -1,4 +1,4 @@
-import { Router, type Response } from 'express';
+import { Router, type Request, type Response } from 'express';
 import { bearerToken, DEVICE_TOKEN_TTL_SECONDS, type DeviceClaims, type Tokens } from '../../auth/tokens';
 import type { DeviceCommands } from '../../commands/devices';
 import { DEVICE_MESSAGES, type ActiveDevice } from '../../domain/device';
@@ -174,6 +174,22 @@ documentRoute({
 });
 documentRoute({
   method: 'post',
+  path: '/devices/auth/:uuid/renew',
+  tag: 'devices',
+  summary:
+    "A hub renews its own device token before it expires: a new token of the same generation, so a newer issue or a " +
+    'deletion still revokes it. Authenticated by the device token itself (a user token is refused); heartbeat rate tier.',
+  security: 'device',
+  params: deviceUuidParams,
+  responses: {
+    201: { description: 'A new device token of the same generation', schema: deviceTokenResponse },
+    400: { description: 'Validation failure' },
+    401: { description: 'Missing, invalid, expired or revoked (`Token has been revoked`) device token, or a user token' },
+    403: { description: 'The token belongs to another device' },
+  },
+});
+documentRoute({
+  method: 'post',
   path: '/devices/heartbeat/:uuid',
   tag: 'devices',
   summary: 'A heartbeat from the device: online, lastSeenAt, and ipAddress/metadata when sent',
@@ -207,12 +223,25 @@ export function deviceRoutes(deps: DeviceDeps): Router {
     throw new NotFoundError(DEVICE_MESSAGES.notFound);
   };
 
-  router.post('/heartbeat/:uuid', async (req, res) => {
-    // The rate limiter verified the token already (it counts heartbeats per device): once is enough.
+  /** The device token of a hub's own request, for the device named in the path. */
+  const hubClaims = (req: Request, res: Response): { claims: DeviceClaims; uuid: string } => {
+    // The rate limiter verified the token already (it counts these per device): once is enough.
     const verified = res.locals.deviceClaims as DeviceClaims | undefined;
     const claims = verified ?? deps.tokens.verifyDevice(bearerToken(req.get('Authorization')));
     const uuid = parseInput(deviceUuidParams, req.params).uuid.toLowerCase();
     if (claims.deviceUuid !== uuid) throw new ForbiddenError(HEARTBEAT_UUID_MISMATCH);
+    return { claims, uuid };
+  };
+
+  router.post('/auth/:uuid/renew', async (req, res) => {
+    const { claims, uuid } = hubClaims(req, res);
+    const device = await deps.devices.renewToken(uuid, claims.gen);
+    const token = deps.tokens.signDevice({ sub: device.id, deviceUuid: device.uuid, gen: device.gen });
+    res.status(201).json({ token, expiresIn: DEVICE_TOKEN_TTL_SECONDS });
+  });
+
+  router.post('/heartbeat/:uuid', async (req, res) => {
+    const { claims, uuid } = hubClaims(req, res);
     const body = parseInput(heartbeatBody, req.body ?? {});
     const device = await deps.devices.heartbeat(uuid, claims.gen, body, requestContext(res, { type: 'device', id: uuid }));
     res.status(200).json({ success: true, device });

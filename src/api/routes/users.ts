@@ -1,6 +1,6 @@
 import { Router } from 'express';
-import type { Tokens } from '../../auth/tokens';
-import { NotFoundError } from '../../domain/errors';
+import { TOKEN_MESSAGES, type Tokens } from '../../auth/tokens';
+import { NotFoundError, UnauthorizedError } from '../../domain/errors';
 import { USER_MESSAGES, roleForEmail } from '../../domain/user';
 import type { ReadStore } from '../../infra/readstore/port';
 import { deviceSummariesForUser } from '../../projections/devices';
@@ -23,7 +23,7 @@ documentRoute({
   security: 'access',
   responses: {
     200: { description: 'The User resource', schema: userResponse },
-    401: { description: '`Unauthorized`, `Invalid token` or `Token has expired`' },
+    401: { description: '`Unauthorized`, `Invalid token`, `Token has expired`, or `Token has been revoked` (the account was deactivated after the token was issued)' },
     404: { description: '`User not found`' },
   },
 });
@@ -38,6 +38,9 @@ export function userRoutes(deps: UserRouteDeps): Router {
       deviceSummariesForUser(deps.readStore, userId),
     ]);
     if (user === null) throw new NotFoundError(USER_MESSAGES.notFound);
+    // An inactive account holds no usable token (decisions §3): the read model already says so
+    // here, even before this process's own feed of deactivations has heard of it.
+    if (!user.isActive) throw new UnauthorizedError(TOKEN_MESSAGES.revoked);
     res.status(200).json({
       id: user.id,
       email: user.email,

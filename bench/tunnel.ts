@@ -117,7 +117,7 @@ async function startBare(job: ServerJob, http: ReturnType<typeof createServer>):
     }
     socket.on('tunnel:subscribe', (m: { deviceUuid: string }, ack?: (r: unknown) => void) => {
       void Promise.resolve(socket.join([`subscribers:${m.deviceUuid}`, `subscribers:${m.deviceUuid}:${auth.userId}`])).then(() =>
-        ack?.({ success: true, deviceUuid: m.deviceUuid, isOnline: true }),
+        ack?.({ success: true, deviceUuid: m.deviceUuid, isOnline: true, tunnelConnected: true }),
       );
     });
     socket.on('tunnel:message', (m: { deviceUuid: string; id?: string; type: string; payload: unknown }) => {

@@ -494,6 +494,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       appOrigin: config.appOrigin,
       onRelayed: (direction) => metrics.tunnelMessages.inc({ direction }),
       accessRevocations: revocationFeed.revocations,
+      readStore: infra.readStore,
     });
     const running = tunnel;
     metrics.sources.tunnel = () => running.stats();

@@ -53,9 +53,12 @@ export interface SubscribeRequest {
   readonly deviceUuid: string;
 }
 
-/** `isOnline`: the device is online by its heartbeats or connected to the tunnel right now. */
+/**
+ * `isOnline`: the device's heartbeat presence, exactly as `GET /devices/:id` shows it.
+ * `tunnelConnected`: the device's tunnel socket is connected right now, on any process.
+ */
 export type SubscribeAck =
-  | { readonly success: true; readonly deviceUuid: string; readonly isOnline: boolean }
+  | { readonly success: true; readonly deviceUuid: string; readonly isOnline: boolean; readonly tunnelConnected: boolean }
   | { readonly success: false; readonly error: TunnelError };
 
 /** Not in the interface: stops `device:status` and device messages for one device (disconnecting stops all). */
@@ -119,11 +122,17 @@ export interface MessageAck {
   readonly delivered: boolean;
 }
 
-/** Sent to subscribed apps on every online/offline transition and when the device's tunnel socket connects or drops. */
+/**
+ * Sent to subscribed apps on every online/offline transition and when the device's tunnel
+ * socket connects or drops. `isOnline` and `lastSeenAt` are the heartbeat presence, exactly
+ * as `GET /devices/:id` shows it; `tunnelConnected` says whether the device's tunnel socket
+ * is connected, on any process (decisions §5).
+ */
 export interface DeviceStatus {
   readonly deviceUuid: string;
   readonly isOnline: boolean;
   readonly lastSeenAt: string | null;
+  readonly tunnelConnected: boolean;
 }
 
 // ---------------------------------------------------------------------------------------

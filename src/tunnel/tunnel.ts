@@ -11,6 +11,8 @@ import { activeRole, can, type DeviceState } from '../domain/device';
 import { DomainError, UnauthorizedError } from '../domain/errors';
 import { asHomeHubEvent, STREAM_PREFIXES } from '../domain/events';
 import type { EventStore, GlobalPosition, RecordedEvent, Subscription } from '../infra/eventstore/port';
+import type { ReadStore } from '../infra/readstore/port';
+import { findDevice } from '../projections/devices';
 import type { RelayDirection } from '../metrics';
 import type { Logger } from '../logger';
 import { parseInput } from '../api/validation';
@@ -88,6 +90,8 @@ export interface TunnelDeps {
   readonly options?: Partial<TunnelOptions>;
   /** Told of every message relayed (metrics). */
   readonly onRelayed?: (direction: RelayDirection) => void;
+  /** The device read model: the heartbeat presence `device:status` carries when the tunnel socket connects or drops. */
+  readonly readStore?: ReadStore;
   /** Deactivated accounts: their app sockets are told ACCESS_REVOKED and closed. */
   readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked'>;
 }
@@ -112,6 +116,8 @@ type Authenticated =
 
 interface SocketData {
   auth: Authenticated;
+  /** A device socket's session, made (and the device claimed) before the connection is accepted. */
+  device?: DeviceSession;
 }
 
 type TunnelServer = Server<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>;
@@ -251,14 +257,23 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       return;
     }
     const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
-    authenticate(token).then(
-      (auth) => {
+    authenticate(token)
+      .then(async (auth) => {
         socket.data.auth = auth;
-        next();
-      },
+        // A hub is reachable from the moment its client sees `connect` (decisions §5): it
+        // holds the device's room and claim before the connection is accepted.
+        if (auth.kind === 'device') await admitDevice(socket, auth);
+      })
+      .then(
+      () => next(),
       (error: unknown) => {
         if (error instanceof UnauthorizedError) {
           next(handshakeError(UNAUTHORIZED, error.message));
+          return;
+        }
+        if (error instanceof TunnelFailure) {
+          // A newer connection of the same device won the claim meanwhile.
+          next(handshakeError('unavailable', error.message));
           return;
         }
         logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'tunnel: handshake failed');
@@ -343,6 +358,32 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     (localOnly ? nsp.local : nsp).to(subscribersRoom(uuid)).emit('device:status', status);
   };
 
+  /** The heartbeat presence as the REST API shows it (the read model), else as the device stream last said. */
+  const presenceOf = async (uuid: string): Promise<{ isOnline: boolean; lastSeenAt: string | null }> => {
+    const doc = deps.readStore === undefined ? null : await findDevice(deps.readStore, uuid);
+    if (doc !== null) return { isOnline: doc.isOnline, lastSeenAt: doc.lastSeenAt };
+    const state = access.peek(uuid)?.state;
+    return state?.status === 'active' ? { isOnline: state.isOnline, lastSeenAt: state.lastSeenAt } : { isOnline: false, lastSeenAt: null };
+  };
+
+  /** The device's tunnel socket connected or dropped: every subscriber, on every process, hears it with the presence. */
+  const announceTunnel = (uuid: string, tunnelConnected: boolean): void => {
+    track(
+      presenceOf(uuid).then((presence) => sendStatus(uuid, { deviceUuid: uuid, ...presence, tunnelConnected }, false)),
+      'device status',
+    );
+  };
+
+  /** A presence transition: each process tells its own subscribers, with whether the device's tunnel socket is up anywhere. */
+  const announcePresence = (uuid: string, isOnline: boolean, lastSeenAt: string | null): void => {
+    if (!subscribers.has(uuid)) return;
+    const connected = liveDevices.has(uuid) ? true : Promise.resolve(cluster.remoteDevice(uuid)).then((remote) => remote.connected);
+    track(
+      Promise.resolve(connected).then((tunnelConnected) => sendStatus(uuid, { deviceUuid: uuid, isOnline, lastSeenAt, tunnelConnected }, true)),
+      'device status',
+    );
+  };
+
   // -------------------------------------------------------------------------------------
   // Apps
 
@@ -389,8 +430,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     } else if (folded.revision > known) {
       session.subscriptions.set(uuid, folded.revision);
     }
-    const isOnline = (folded.state.status === 'active' && folded.state.isOnline) || (await deviceConnected(session, uuid));
-    return { success: true, deviceUuid: uuid, isOnline };
+    const isOnline = folded.state.status === 'active' && folded.state.isOnline;
+    return { success: true, deviceUuid: uuid, isOnline, tunnelConnected: await deviceConnected(session, uuid) };
   };
 
   const unsubscribe = (session: AppSession, input: unknown): UnsubscribeAck => {
@@ -474,7 +515,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       track(cluster.releaseDevice(session.uuid, session.claim), 'device release');
       cluster.announce({ kind: 'device-gone', uuid: session.uuid, claim: session.claim });
     }
-    sendStatus(session.uuid, { deviceUuid: session.uuid, isOnline: false, lastSeenAt: now() }, false);
+    announceTunnel(session.uuid, false);
   };
 
   /**
@@ -495,33 +536,41 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const replaced = (): TunnelError => ({ code: 'SESSION_REPLACED', message: TUNNEL_MESSAGES.sessionReplaced });
   const deviceRevoked = (): TunnelError => ({ code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.deviceRevoked });
 
+  /** The socket is gone (or was refused) before its session ended: the claim goes back. */
+  const abandoned = (session: DeviceSession): boolean => session.ended || session.socket.conn.readyState !== 'open';
+
+  /**
+   * Joins the device's room and claims the device before the handshake is accepted, so
+   * that the client's `connect` means "reachable from every process". A newer claim
+   * elsewhere, a revocation, or a client gone meanwhile refuses the handshake instead.
+   */
   const connectDevice = async (session: DeviceSession): Promise<void> => {
     const { uuid, socket } = session;
     await socket.join(deviceRoom(uuid));
     await cluster.roomsReady();
     const claim = await cluster.claimDevice(uuid, socket.id);
     session.claim = claim;
-    if (!socket.connected || session.ended) {
+    if (abandoned(session)) {
       await cluster.releaseDevice(uuid, claim);
-      return;
+      throw new TunnelFailure('SESSION_REPLACED', TUNNEL_MESSAGES.sessionReplaced);
     }
     // A newer connection elsewhere may have claimed the device while this one was claiming.
     if ((await cluster.remoteDevice(uuid)).claim > claim) {
-      endDevice(session, replaced());
-      return;
+      session.ended = true;
+      throw new TunnelFailure('SESSION_REPLACED', TUNNEL_MESSAGES.sessionReplaced);
     }
-    if (session.ended || !socket.connected) return;
+    if (abandoned(session)) throw new TunnelFailure('SESSION_REPLACED', TUNNEL_MESSAGES.sessionReplaced);
     const previous = liveDevices.get(uuid);
     if (previous !== undefined && previous !== session) {
       if ((previous.claim ?? 0) > claim) {
-        endDevice(session, replaced());
-        return;
+        session.ended = true;
+        throw new TunnelFailure('SESSION_REPLACED', TUNNEL_MESSAGES.sessionReplaced);
       }
       endDevice(previous, replaced());
     }
     liveDevices.set(uuid, session);
     cluster.announce({ kind: 'device-connected', uuid, claim });
-    sendStatus(uuid, { deviceUuid: uuid, isOnline: true, lastSeenAt: now() }, false);
+    announceTunnel(uuid, true);
   };
 
   const onNotice = (notice: ClusterNotice): void => {
@@ -551,22 +600,52 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     if (liveDevices.get(session.uuid) === session) deviceLeft(session);
   };
 
+  /** The device half of the handshake: its session, its room and its claim, before `connect`. */
+  const admitDevice = async (socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): Promise<void> => {
+    const session: DeviceSession = {
+      socket,
+      pending: 0,
+      congested: 0,
+      expiry: undefined,
+      kind: 'device',
+      principal: { type: 'device', id: auth.uuid },
+      uuid: auth.uuid,
+      gen: auth.gen,
+      authorizedAt: BigInt(auth.authorizedAt),
+      claim: null,
+      ended: false,
+    };
+    // A deletion or a new token generation the live subscription applied during the handshake.
+    const latest = access.peek(session.uuid);
+    if (latest !== undefined && (latest.state.status !== 'active' || latest.state.gen !== session.gen)) {
+      throw new UnauthorizedError(TOKEN_MESSAGES.revoked);
+    }
+    let set = deviceSessions.get(session.uuid);
+    if (set === undefined) deviceSessions.set(session.uuid, (set = new Set()));
+    set.add(session);
+    // Socket.IO says nothing of a socket whose client leaves before the connection is accepted.
+    socket.conn.once('close', () => {
+      if (!socket.connected) onDisconnect(session);
+    });
+    try {
+      await connectDevice(session);
+    } catch (error) {
+      onDisconnect(session);
+      throw error;
+    }
+    socket.data.device = session;
+  };
+
   nsp.on('connection', (socket) => {
     const auth = socket.data.auth;
-    const base = { socket, pending: 0, congested: 0, expiry: undefined };
     const session: Session =
-      auth.kind === 'app'
-        ? { ...base, kind: 'app', principal: { type: 'user', id: auth.userId }, userId: auth.userId, subscriptions: new Map() }
-        : {
-            ...base,
-            kind: 'device',
-            principal: { type: 'device', id: auth.uuid },
-            uuid: auth.uuid,
-            gen: auth.gen,
-            authorizedAt: BigInt(auth.authorizedAt),
-            claim: null,
-            ended: false,
-          };
+      socket.data.device ??
+      (auth.kind === 'app'
+        ? { socket, pending: 0, congested: 0, expiry: undefined, kind: 'app', principal: { type: 'user', id: auth.userId }, userId: auth.userId, subscriptions: new Map() }
+        : null) ??
+      ((): never => {
+        throw new Error('a device socket connected without its session');
+      })();
     sessions.set(socket.id, session);
     const who = session.kind === 'app' ? { kind: 'app', userId: session.userId } : { kind: 'device', deviceUuid: session.uuid };
     logger.info({ socket: socket.id, ...who }, 'tunnel: connected');
@@ -594,25 +673,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     socket.on('tunnel:subscribe', (...args: unknown[]) => run(session, args, failedSubscribe, refuseSubscribe));
     socket.on('tunnel:unsubscribe', (...args: unknown[]) => run(session, args, failedSubscribe, refuseSubscribe));
     socket.on('tunnel:message', (...args: unknown[]) => run(session, args, failedMessage, (input) => deviceSends(session, input)));
-
-    let set = deviceSessions.get(session.uuid);
-    if (set === undefined) deviceSessions.set(session.uuid, (set = new Set()));
-    set.add(session);
-    // A deletion or a new token generation the live subscription applied during the handshake.
-    const latest = access.peek(session.uuid);
-    if (latest !== undefined && (latest.state.status !== 'active' || latest.state.gen !== session.gen)) {
-      endDevice(session, deviceRevoked());
-      return;
-    }
-    track(
-      connectDevice(session).catch((error: unknown) => {
-        // Without a claim the device cannot be reached: let it reconnect and try again.
-        logger.warn({ err: error instanceof Error ? error.message : String(error), device: session.uuid }, 'tunnel: device claim failed');
-        session.ended = true;
-        socket.conn.close();
-      }),
-      'device connect',
-    );
+    // Replaced or revoked between the claim and this moment: it is over already.
+    if (session.ended) socket.disconnect(true);
   });
 
   // -------------------------------------------------------------------------------------
@@ -642,10 +704,10 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     const uuid = recorded.streamName.slice(STREAM_PREFIXES.device.length);
     switch (event.type) {
       case 'DeviceWentOnline':
-        sendStatus(uuid, { deviceUuid: uuid, isOnline: true, lastSeenAt: event.data.lastSeenAt }, true);
+        announcePresence(uuid, true, event.data.lastSeenAt);
         return;
       case 'DeviceWentOffline':
-        sendStatus(uuid, { deviceUuid: uuid, isOnline: false, lastSeenAt: event.data.lastSeenAt }, true);
+        announcePresence(uuid, false, event.data.lastSeenAt);
         return;
       case 'UserUnlinked':
         revokeSubscriptions(uuid, recorded.revision, event.data.userId);

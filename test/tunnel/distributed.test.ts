@@ -49,8 +49,8 @@ test('an app on one process and its device on the other talk both ways', async (
   // Not connected anywhere yet.
   expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 0 })).toEqual({ success: true, delivered: false });
 
+  // Reachable from the moment its client sees `connect`, from the other process too (decisions §5).
   const device = await on(b, token);
-  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
   expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, id: 'm-1', type: 'light.set', payload: { on: true } })).toEqual({
     success: true,
     delivered: true,
@@ -75,7 +75,7 @@ test('an app on one process and its device on the other talk both ways', async (
 
   // The subscribe ack sees the device on the other process.
   const late = await on(a, viewer.accessToken);
-  expect(await request<SubscribeAck>(late, 'tunnel:subscribe', { deviceUuid: hub.uuid })).toEqual({ success: true, deviceUuid: hub.uuid, isOnline: true });
+  expect(await request<SubscribeAck>(late, 'tunnel:subscribe', { deviceUuid: hub.uuid })).toEqual({ success: true, deviceUuid: hub.uuid, isOnline: false, tunnelConnected: true });
 }, 30_000);
 
 test('device:status reaches subscribers on the other process: socket connect and drop, heartbeat transitions', async () => {
@@ -84,13 +84,13 @@ test('device:status reaches subscribers on the other process: socket connect and
   await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
 
   const device = await on(b, token);
-  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: expect.any(String) });
-  device.close();
-  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: expect.any(String) });
+  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: true });
 
-  // A heartbeat through process B: DeviceWentOnline, seen by process A's own subscription.
+  // A heartbeat through process B: DeviceWentOnline, seen by process A's own subscription, which knows the socket is on B.
   const beat = await heartbeat(b, hub, token);
-  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt });
+  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: true });
+  device.close();
+  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false });
   expect(app.all('device:status')).toHaveLength(3);
 }, 30_000);
 
@@ -99,11 +99,11 @@ test('one live socket per device across processes: the newest wins', async () =>
   const app = await on(a, owner.accessToken);
   await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
   const first = await on(a, token);
-  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+  await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
   const second = await on(b, token);
   expect(await first.next<TunnelError>('tunnel:error')).toEqual({ code: 'SESSION_REPLACED', message: expect.any(String) });
   expect(await first.next('disconnect')).toBe('io server disconnect');
-  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+  await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
 
   expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 'to the newest' })).toEqual({ success: true, delivered: true });
   expect((await second.next<MessageToDevice>('tunnel:message')).payload).toBe('to the newest');
@@ -114,9 +114,9 @@ test('one live socket per device across processes: the newest wins', async () =>
   expect((await second.next<TunnelError>('tunnel:error')).code).toBe('SESSION_REPLACED');
   await request(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 'to the third' });
   expect((await third.next<MessageToDevice>('tunnel:message')).payload).toBe('to the third');
-  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
-  // The replaced sockets' drops were never news: online three times, never offline.
-  expect(app.all<DeviceStatus>('device:status').map((s) => s.isOnline)).toEqual([true, true, true]);
+  await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
+  // The replaced sockets' drops were never news: connected three times, never dropped.
+  expect(app.all<DeviceStatus>('device:status').map((s) => s.tunnelConnected)).toEqual([true, true, true]);
 }, 30_000);
 
 test('an unlink and a deletion made through one process act on sockets held by the other', async () => {
@@ -143,9 +143,28 @@ test('a message to a device that left the other process is not delivered', async
   const app = await on(a, owner.accessToken);
   await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
   const device = await on(b, token);
-  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
   expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 1 })).toEqual({ success: true, delivered: true });
+  await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
   device.close();
-  await app.next<DeviceStatus>('device:status', (s) => !s.isOnline);
+  await app.next<DeviceStatus>('device:status', (s) => !s.tunnelConnected);
   expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 2 })).toEqual({ success: true, delivered: false });
 }, 30_000);
+
+test('a hub is reachable from the other process the moment its client sees connect (20 fresh connections)', async () => {
+  const { owner, hub, token } = await household();
+  const app = await on(a, owner.accessToken);
+  const acks: MessageAck[] = [];
+  for (let i = 0; i < 20; i++) {
+    const device = await connect(b, token);
+    acks.push(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'ping', payload: i }));
+    expect((await device.next<MessageToDevice>('tunnel:message')).payload).toBe(i);
+    device.close();
+    // Gone from the other process's view before the next one connects.
+    for (let tries = 0; tries < 100; tries++) {
+      const ack = await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'probe', payload: null });
+      if (!ack.delivered) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+  expect(acks.filter((ack) => ack.delivered)).toHaveLength(20);
+}, 60_000);

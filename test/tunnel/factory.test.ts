@@ -102,7 +102,7 @@ describe('the limiter hook', () => {
       const device = await on(r, token);
       const app = await on(r, userToken(ownerId));
 
-      expect(await request<SubscribeAck>(app, 'tunnel:subscribe', { deviceUuid: uuid })).toEqual({ success: true, deviceUuid: uuid, isOnline: true });
+      expect(await request<SubscribeAck>(app, 'tunnel:subscribe', { deviceUuid: uuid })).toEqual({ success: true, deviceUuid: uuid, isOnline: false, tunnelConnected: true });
       expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: uuid, type: 'x', payload: 1 })).toEqual({ success: true, delivered: true });
       await device.next<MessageToDevice>('tunnel:message');
       expect(asked).toEqual([
@@ -166,7 +166,7 @@ test('a device that stops reading is cut off once its queue stays over the limit
       app.socket.emit('tunnel:message', { deviceUuid: uuid, type: 'bulk', payload: chunk });
       if (i % 20 === 19) await new Promise((resolve) => setImmediate(resolve));
     }
-    expect(await app.next<DeviceStatus>('device:status', (s) => !s.isOnline, 15_000)).toMatchObject({ deviceUuid: uuid, isOnline: false });
+    expect(await app.next<DeviceStatus>('device:status', (s) => !s.tunnelConnected, 15_000)).toMatchObject({ deviceUuid: uuid, tunnelConnected: false });
     expect(r.tunnel.stats()).toMatchObject({ deviceSockets: 0, appSockets: 1 });
   } finally {
     await r.stop();

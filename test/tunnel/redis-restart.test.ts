@@ -35,7 +35,7 @@ test('the relay comes back by itself: device records written again, rooms subscr
   const app = await on(a, owner.accessToken);
   await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
   const device = await on(b, token);
-  await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+  await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
 
   const redis = a.redis;
   if (redis === null) throw new Error('the distributed harness exposes its Redis');

@@ -15,7 +15,7 @@ import {
   type SubscribeAck,
   type TunnelError,
 } from '../../src/tunnel/events';
-import { createUser, startTestService, type TestService } from '../support/harness';
+import { api, createUser, startTestService, type TestService } from '../support/harness';
 import { TEST_SECRETS } from '../support/server';
 import {
   connect,
@@ -126,15 +126,34 @@ describe('handshake', () => {
 });
 
 describe('tunnel:subscribe', () => {
-  test('any active link may subscribe; the ack tells whether the device is online', async () => {
+  test('any active link may subscribe; the ack tells the heartbeat presence and whether the tunnel socket is connected', async () => {
     const { owner, editor, viewer, hub, token } = await household();
     for (const user of [owner, editor, viewer]) {
       const app = await on(user.accessToken);
-      expect(await request<SubscribeAck>(app, 'tunnel:subscribe', { deviceUuid: hub.uuid })).toEqual({ success: true, deviceUuid: hub.uuid, isOnline: false });
+      expect(await request<SubscribeAck>(app, 'tunnel:subscribe', { deviceUuid: hub.uuid })).toEqual({
+        success: true,
+        deviceUuid: hub.uuid,
+        isOnline: false,
+        tunnelConnected: false,
+      });
     }
+    // Connected to the tunnel but silent: not online by its heartbeats (decisions §5).
     await on(token);
     const later = await on(viewer.accessToken);
-    expect(await request<SubscribeAck>(later, 'tunnel:subscribe', { deviceUuid: hub.uuid.toUpperCase() })).toEqual({ success: true, deviceUuid: hub.uuid, isOnline: true });
+    expect(await request<SubscribeAck>(later, 'tunnel:subscribe', { deviceUuid: hub.uuid.toUpperCase() })).toEqual({
+      success: true,
+      deviceUuid: hub.uuid,
+      isOnline: false,
+      tunnelConnected: true,
+    });
+    await heartbeat(service, hub, token);
+    const third = await on(owner.accessToken);
+    expect(await request<SubscribeAck>(third, 'tunnel:subscribe', { deviceUuid: hub.uuid })).toEqual({
+      success: true,
+      deviceUuid: hub.uuid,
+      isOnline: true,
+      tunnelConnected: true,
+    });
   });
 
   test('without a link (or for an unknown device): NOT_FOUND in the ack and as tunnel:error', async () => {
@@ -313,14 +332,25 @@ describe('tunnel:message', () => {
 });
 
 describe('device:status', () => {
-  test('when the device socket connects and drops', async () => {
+  test('when the device socket connects and drops: tunnelConnected changes, the heartbeat presence is the REST API\'s', async () => {
     const { viewer, hub, token } = await household();
     const app = await on(viewer.accessToken);
     await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
+    const first = await on(token);
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: true });
+    first.close();
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: false });
+
+    // Online by its heartbeats: a dropped tunnel socket does not make it offline (two meanings of "online" no more).
+    const beat = await heartbeat(service, hub, token);
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false });
     const device = await on(token);
-    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: expect.stringMatching(ISO) });
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: true });
     device.close();
-    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: expect.stringMatching(ISO) });
+    const dropped = await app.next<DeviceStatus>('device:status');
+    expect(dropped).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false });
+    const rest = (await api(service, 'GET', `/devices/${hub.uuid}`, { token: viewer.accessToken })).body as { isOnline: boolean; lastSeenAt: string };
+    expect({ isOnline: rest.isOnline, lastSeenAt: rest.lastSeenAt }).toEqual({ isOnline: dropped.isOnline, lastSeenAt: dropped.lastSeenAt });
   });
 
   test('on the online/offline transitions of presence (DeviceWentOnline, DeviceWentOffline)', async () => {
@@ -328,7 +358,7 @@ describe('device:status', () => {
     const app = await on(viewer.accessToken);
     await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
     const beat = await heartbeat(service, hub, token);
-    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt });
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false });
     // The expiry job's event, as it appends it.
     const wentOfflineAt = new Date().toISOString();
     await service.eventStore.append(
@@ -343,7 +373,7 @@ describe('device:status', () => {
       ],
       'any',
     );
-    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: beat.lastSeenAt });
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: beat.lastSeenAt, tunnelConnected: false });
   });
 });
 
@@ -353,18 +383,18 @@ describe('one live socket per device', () => {
     const app = await on(owner.accessToken);
     await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
     const first = await on(token);
-    await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+    await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
     const second = await on(token);
     expect(await first.next<TunnelError>('tunnel:error')).toEqual({ code: 'SESSION_REPLACED', message: expect.any(String) });
     expect(await first.next('disconnect')).toBe('io server disconnect');
-    await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+    await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
 
     expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 1 })).toEqual({ success: true, delivered: true });
     expect((await second.next<MessageToDevice>('tunnel:message')).payload).toBe(1);
     second.close();
-    await app.next<DeviceStatus>('device:status', (s) => !s.isOnline);
-    // The replaced socket's drop was not news: online, online, offline.
-    expect(app.all<DeviceStatus>('device:status').map((s) => s.isOnline)).toEqual([true, true, false]);
+    await app.next<DeviceStatus>('device:status', (s) => !s.tunnelConnected);
+    // The replaced socket's drop was not news: connected, connected, dropped.
+    expect(app.all<DeviceStatus>('device:status').map((s) => s.tunnelConnected)).toEqual([true, true, false]);
     expect(first.all('tunnel:message')).toEqual([]);
   });
 });
@@ -404,14 +434,14 @@ describe('revocation', () => {
     const app = await on(viewer.accessToken);
     await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
     const device = await on(token);
-    await app.next<DeviceStatus>('device:status', (s) => s.isOnline);
+    await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
     const fresh = await deviceToken(service, hub, owner);
     expect((await device.next<TunnelError>('tunnel:error')).code).toBe('ACCESS_REVOKED');
     expect(await device.next('disconnect')).toBe('io server disconnect');
     // The subscribers stay subscribed and see the device go, then come back with its new token.
-    expect(await app.next<DeviceStatus>('device:status')).toMatchObject({ deviceUuid: hub.uuid, isOnline: false });
+    expect(await app.next<DeviceStatus>('device:status')).toMatchObject({ deviceUuid: hub.uuid, tunnelConnected: false });
     expect((await on(fresh)).socket.connected).toBe(true);
-    expect(await app.next<DeviceStatus>('device:status')).toMatchObject({ deviceUuid: hub.uuid, isOnline: true });
+    expect(await app.next<DeviceStatus>('device:status')).toMatchObject({ deviceUuid: hub.uuid, tunnelConnected: true });
     expect(app.all('tunnel:error')).toEqual([]);
   });
 });
@@ -429,7 +459,7 @@ describe('the typed event maps', () => {
       });
       await new Promise<void>((resolve) => hubSocket.once('connect', () => resolve()));
       const subscribed: SubscribeAck = await appSocket.timeout(5000).emitWithAck('tunnel:subscribe', { deviceUuid: hub.uuid });
-      expect(subscribed).toEqual({ success: true, deviceUuid: hub.uuid, isOnline: true });
+      expect(subscribed).toEqual({ success: true, deviceUuid: hub.uuid, isOnline: false, tunnelConnected: true });
       const reply = new Promise<MessageFromDevice>((resolve) => appSocket.on('tunnel:message', resolve));
       const ack: MessageAck = await appSocket.timeout(5000).emitWithAck('tunnel:message', { deviceUuid: hub.uuid, id: 'cmd-1', type: 'scene.run', payload: { scene: 'evening' } });
       expect(ack).toEqual({ success: true, delivered: true });

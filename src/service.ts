@@ -15,7 +15,7 @@ import { createStateCache, systemClock, type Clock, type StateCache } from './co
 import { createUserCommands } from './commands/users';
 import { createDeviceCommands, DEVICE_STATE_CACHE_SIZE } from './commands/devices';
 import type { DeviceState } from './domain/device';
-import { createTunnel, type Tunnel } from './tunnel/tunnel';
+import { createTunnel, DEFAULT_TUNNEL_OPTIONS, type Tunnel } from './tunnel/tunnel';
 import { tunnelLimiterFrom } from './tunnel/limiter';
 import { createTokens } from './auth/tokens';
 import { startAccessRevocationFeed, withAccessRevocations, type AccessRevocationFeed } from './auth/access-revocations';
@@ -494,6 +494,8 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
       appOrigin: config.appOrigin,
       onRelayed: (direction) => metrics.tunnelMessages.inc({ direction }),
       accessRevocations: revocationFeed.revocations,
+      // A burst the limits allow is never refused for being a burst (decisions §5).
+      options: { maxPendingPerSocket: Math.max(DEFAULT_TUNNEL_OPTIONS.maxPendingPerSocket, config.rateLimits.tunnelMessage.points + config.rateLimits.tunnelSubscribe.points) },
       readStore: infra.readStore,
     });
     const running = tunnel;

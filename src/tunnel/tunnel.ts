@@ -6,7 +6,7 @@ import type { z } from 'zod';
 import type { AccessRevocations } from '../auth/access-revocations';
 import type { Tokens } from '../auth/tokens';
 import { TOKEN_MESSAGES } from '../auth/tokens';
-import { systemClock, type Clock, type FoldedStream } from '../commands/handler';
+import { systemClock, type Clock } from '../commands/handler';
 import { activeRole, can, type DeviceState } from '../domain/device';
 import { DomainError, UnauthorizedError } from '../domain/errors';
 import { asHomeHubEvent, STREAM_PREFIXES } from '../domain/events';
@@ -51,7 +51,10 @@ import { appMessage, deviceMessage, exceedsSize, subscribeRequest, type AppMessa
 export interface TunnelOptions {
   /** The engine's hard cap on one frame; above it the connection is closed. Above the message limit, so a message a little too large gets INVALID_PAYLOAD instead. */
   readonly maxFrameBytes: number;
-  /** Events of one socket that may wait for IO at once (event store reads, a Redis-backed limiter). */
+  /**
+   * Events of one socket that may wait their turn (behind one that waits for IO: an event
+   * store read, a Redis-backed limiter). Never below what the rate limits let through at once.
+   */
   readonly maxPendingPerSocket: number;
   /** A socket with more packets than this waiting to be written at two sweeps in a row is cut off. */
   readonly slowConsumerMaxQueued: number;
@@ -64,7 +67,8 @@ export interface TunnelOptions {
 
 export const DEFAULT_TUNNEL_OPTIONS: TunnelOptions = {
   maxFrameBytes: 2 * TUNNEL_MESSAGE_MAX_BYTES,
-  maxPendingPerSocket: 32,
+  // 50 messages per 10 s and 10 subscribes per minute may all arrive at once (decisions §5, §6).
+  maxPendingPerSocket: 64,
   slowConsumerMaxQueued: 1024,
   sweepEveryMs: 2000,
   denialRecheckMs: 250,
@@ -128,7 +132,9 @@ type Ack = (response: unknown) => void;
 interface SessionBase {
   readonly socket: TunnelSocket;
   readonly principal: TunnelPrincipal;
-  pending: number;
+  /** Events of this socket started or waiting, in arrival order, and the promise the next one waits for. */
+  waiting: number;
+  tail: Promise<void>;
   /** Sweeps in a row that found the socket's write queue over the limit. */
   congested: number;
   expiry: NodeJS.Timeout | undefined;
@@ -297,21 +303,20 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const failedMessage = (): MessageAck => ({ success: false, delivered: false });
   const failedSubscribe = (error: TunnelError): SubscribeAck => ({ success: false, error });
 
-  /** Runs one event's work (synchronously when it needs no IO); answers the ack once; never throws. */
-  const run = (session: Session, args: readonly unknown[], ackBody: (error: TunnelError) => unknown, work: (input: unknown) => Maybe<unknown>): void => {
-    const { input, ack } = splitArgs(args);
+  /** Runs one event's work (synchronously when it needs no IO) and answers its ack once; null when done already. */
+  const execute = (session: Session, input: unknown, ack: Ack | undefined, ackBody: (error: TunnelError) => unknown, work: (input: unknown) => Maybe<unknown>): Promise<void> | null => {
     let result: Maybe<unknown>;
     try {
       result = work(input);
     } catch (error) {
       refuse(session, error, ack, ackBody);
-      return;
+      return null;
     }
     if (!(result instanceof Promise)) {
       ack?.(result);
-      return;
+      return null;
     }
-    result
+    return result
       .then(
         (response) => ack?.(response),
         (error: unknown) => refuse(session, error, ack, ackBody),
@@ -321,38 +326,41 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
 
   const tooBusy = (): TunnelFailure => new TunnelFailure('RATE_LIMITED', TUNNEL_MESSAGES.tooBusy, 1);
 
-  /**
-   * Waits for IO on behalf of a socket. Only real waits count against its bound (a burst of
-   * events answered from memory never does), so a flood cannot pile up reads or lookups.
-   */
-  const waitFor = <T>(session: Session, value: Maybe<T>): Maybe<T> => {
-    if (!(value instanceof Promise)) return value;
-    if (session.pending >= options.maxPendingPerSocket) {
-      value.catch(() => undefined);
-      throw tooBusy();
-    }
-    session.pending++;
-    return value.finally(() => {
-      session.pending--;
+  /** `work` becomes the socket's tail: the next event starts only once it is done. */
+  const enqueue = (session: Session, work: Promise<void>): void => {
+    session.waiting++;
+    session.tail = work.finally(() => {
+      session.waiting--;
     });
   };
 
-  /** The device's state read again from the event store, counted against the socket's bound. */
-  const freshFor = async (session: Session, uuid: string): Promise<FoldedStream<DeviceState>> => {
-    if (session.pending >= options.maxPendingPerSocket) throw tooBusy();
-    session.pending++;
-    try {
-      return await access.fresh(uuid);
-    } finally {
-      session.pending--;
+  /**
+   * The events of one socket are handled in the order they arrive (decisions §5): an event
+   * that needs no IO is answered at once when nothing is waiting; otherwise it waits behind
+   * the socket's tail. At most `maxPendingPerSocket` events wait — never fewer than the rate
+   * limits let through, so a burst within the limits is relayed whole and in order.
+   */
+  const run = (session: Session, args: readonly unknown[], ackBody: (error: TunnelError) => unknown, work: (input: unknown) => Maybe<unknown>): void => {
+    const { input, ack } = splitArgs(args);
+    if (session.waiting === 0) {
+      const pending = execute(session, input, ack, ackBody, work);
+      if (pending !== null) enqueue(session, pending);
+      return;
     }
+    if (session.waiting >= options.maxPendingPerSocket) {
+      refuse(session, tooBusy(), ack, ackBody);
+      return;
+    }
+    enqueue(
+      session,
+      session.tail.then(() => execute(session, input, ack, ackBody, work) ?? undefined),
+    );
   };
 
   const consume = (session: Session, kind: TunnelLimitKind): Maybe<void> =>
-    andThen(waitFor(session, limiter.consume(kind, session.principal)), allowed);
+    andThen(limiter.consume(kind, session.principal), allowed);
 
-  const deviceConnected = (session: Session, uuid: string): Maybe<boolean> =>
-    liveDevices.has(uuid) || andThen(waitFor(session, cluster.remoteDevice(uuid)), (remote) => remote.connected);
+  const deviceConnected = (uuid: string): Maybe<boolean> => liveDevices.has(uuid) || andThen(cluster.remoteDevice(uuid), (remote) => remote.connected);
 
   const sendStatus = (uuid: string, status: DeviceStatus, localOnly: boolean): void => {
     (localOnly ? nsp.local : nsp).to(subscribersRoom(uuid)).emit('device:status', status);
@@ -410,7 +418,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const subscribe = async (session: AppSession, input: unknown): Promise<SubscribeAck> => {
     const { deviceUuid: uuid } = parse(subscribeRequest, input);
     await consume(session, 'subscribe');
-    const folded = await freshFor(session, uuid);
+    const folded = await access.fresh(uuid);
     if (activeRole(folded.state, session.userId) === null) throw notFound();
     if (!session.socket.connected) return { success: false, error: notFound().toPayload() };
     const known = session.subscriptions.get(uuid);
@@ -431,7 +439,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       session.subscriptions.set(uuid, folded.revision);
     }
     const isOnline = folded.state.status === 'active' && folded.state.isOnline;
-    return { success: true, deviceUuid: uuid, isOnline, tunnelConnected: await deviceConnected(session, uuid) };
+    return { success: true, deviceUuid: uuid, isOnline, tunnelConnected: await deviceConnected(uuid) };
   };
 
   const unsubscribe = (session: AppSession, input: unknown): UnsubscribeAck => {
@@ -456,7 +464,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       deps.onRelayed?.('to_device');
       return DELIVERED;
     }
-    return andThen(waitFor(session, cluster.remoteDevice(uuid)), (remote) => {
+    return andThen(cluster.remoteDevice(uuid), (remote) => {
       if (!remote.connected) return NOT_DELIVERED;
       nsp.to(deviceRoom(uuid)).emit('tunnel:message', out);
       deps.onRelayed?.('to_device');
@@ -472,7 +480,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     if (refusal === null) return relayToDevice(session, message);
     // A refusal from the cache may predate a link just made through another process.
     if (cached !== undefined && access.verifiedRecently(uuid, options.denialRecheckMs)) throw refusal;
-    return freshFor(session, uuid).then((folded) => {
+    return access.fresh(uuid).then((folded) => {
       const checked = controlRefusal(folded.state, session.userId);
       if (checked !== null) throw checked;
       return relayToDevice(session, message);
@@ -604,7 +612,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const admitDevice = async (socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): Promise<void> => {
     const session: DeviceSession = {
       socket,
-      pending: 0,
+      waiting: 0,
+      tail: Promise.resolve(),
       congested: 0,
       expiry: undefined,
       kind: 'device',
@@ -641,7 +650,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     const session: Session =
       socket.data.device ??
       (auth.kind === 'app'
-        ? { socket, pending: 0, congested: 0, expiry: undefined, kind: 'app', principal: { type: 'user', id: auth.userId }, userId: auth.userId, subscriptions: new Map() }
+        ? { socket, waiting: 0, tail: Promise.resolve(), congested: 0, expiry: undefined, kind: 'app', principal: { type: 'user', id: auth.userId }, userId: auth.userId, subscriptions: new Map() }
         : null) ??
       ((): never => {
         throw new Error('a device socket connected without its session');

@@ -129,7 +129,7 @@ describe('the limiter hook', () => {
     }
   });
 
-  test('IO waits are bounded per socket: beyond the bound, RATE_LIMITED at once', async () => {
+  test('events wait their turn in arrival order, boundedly: beyond the bound, RATE_LIMITED at once', async () => {
     const never: TunnelLimiter = { consume: (kind) => (kind === 'subscribe' ? new Promise<LimitDecision>(() => undefined) : { allowed: true, retryAfter: 0 }) };
     const r = await rig({ limiter: never, options: { maxPendingPerSocket: 4 } });
     try {
@@ -140,10 +140,14 @@ describe('the limiter hook', () => {
       for (let i = 0; i < 6; i++) app.socket.emit('tunnel:subscribe', { deviceUuid: uuid });
       expect(await app.next<TunnelError>('tunnel:error')).toEqual({ code: 'RATE_LIMITED', message: expect.any(String), retryAfter: 1 });
       expect(await app.next<TunnelError>('tunnel:error')).toMatchObject({ code: 'RATE_LIMITED' });
-      // Messages answered from memory still flow.
-      expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: uuid, type: 'x', payload: 1 })).toEqual({ success: true, delivered: true });
-      await device.next('tunnel:message');
-      expect(app.all('tunnel:error')).toHaveLength(2);
+      // A message arriving now would have to overtake the waiting subscribes: it is refused too, never reordered.
+      expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: uuid, type: 'x', payload: 1 })).toEqual({ success: false, delivered: false });
+      expect(app.all('tunnel:error')).toHaveLength(3);
+      expect(device.all('tunnel:message')).toEqual([]);
+      // Another socket is not held up by this one's queue.
+      const other = await on(r, userToken(ownerId));
+      expect(await request<MessageAck>(other, 'tunnel:message', { deviceUuid: uuid, type: 'x', payload: 2 })).toEqual({ success: true, delivered: true });
+      expect((await device.next<MessageToDevice>('tunnel:message')).payload).toBe(2);
     } finally {
       await r.stop();
     }

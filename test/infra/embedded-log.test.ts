@@ -357,7 +357,54 @@ describe('embedded event log', () => {
       const store = await openStore(dir);
 
       expect((await store.append('s', [newEvent('First')], 'no_stream')).nextExpectedRevision).toBe(0n);
-      expect(await readFile(join(dir, LOCK_FILE_NAME), 'utf8')).toBe(`${process.pid}\n`);
+      expect(await readFile(join(dir, LOCK_FILE_NAME), 'utf8')).toMatch(new RegExp(`^${process.pid} \\d+\\n$`));
+    });
+
+    it('takes over at once from a process killed with SIGKILL that its parent has not reaped yet (a zombie)', async () => {
+      const dir = await dataDirectory();
+      // The store is opened by a grandchild whose parent then becomes `sleep`, which never reaps it.
+      const opener = `require('./src/infra/eventstore/embedded').openEmbeddedEventStore(${JSON.stringify(dir)}).then(() => console.log('opened'))`;
+      const shell = spawn('sh', ['-c', `node --import tsx -e "${opener.replace(/"/g, '\\"')}" & echo $!; exec sleep 30`], {
+        cwd: resolve(__dirname, '../..'),
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      try {
+        const output: string[] = [];
+        await new Promise<void>((done, fail) => {
+          shell.stdout.on('data', (chunk: Buffer) => {
+            output.push(chunk.toString());
+            if (output.join('').includes('opened')) done();
+          });
+          shell.once('exit', () => fail(new Error(`the opener exited: ${output.join('')}`)));
+        });
+        const pid = Number.parseInt(output.join('').trim().split('\n')[0] ?? '', 10);
+        expect((await readFile(join(dir, LOCK_FILE_NAME), 'utf8')).startsWith(`${pid} `)).toBe(true);
+        process.kill(pid, 'SIGKILL');
+        for (let i = 0; i < 100 && !(await readFile(`/proc/${pid}/stat`, 'utf8')).includes(') Z '); i++) {
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        expect(await readFile(`/proc/${pid}/stat`, 'utf8')).toContain(') Z ');
+
+        const store = await openStore(dir);
+        expect((await store.append('s', [newEvent('AfterCrash')], 'no_stream')).nextExpectedRevision).toBe(0n);
+      } finally {
+        shell.kill('SIGKILL');
+      }
+    }, 20_000);
+
+    it('takes over a lock whose pid now belongs to another process (started at another time)', async () => {
+      const dir = await dataDirectory();
+      // The parent of this test runner is alive, but it did not write this lock: its start time differs.
+      await writeFile(join(dir, LOCK_FILE_NAME), `${process.ppid} 1\n`);
+      const store = await openStore(dir);
+      expect(await store.headPosition()).toBeNull();
+    });
+
+    it('still refuses a live owner', async () => {
+      const dir = await dataDirectory();
+      const start = (await readFile(`/proc/${process.ppid}/stat`, 'utf8')).split(') ')[1]?.split(' ')[19];
+      await writeFile(join(dir, LOCK_FILE_NAME), `${process.ppid} ${start}\n`);
+      await expect(openEmbeddedEventStore(dir)).rejects.toBeInstanceOf(EventStoreLockedError);
     });
   });
 

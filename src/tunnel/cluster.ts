@@ -222,7 +222,10 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
 
     remoteDevice(uuid) {
       const known = remote.get(uuid);
-      if (known !== undefined && known.until > Date.now()) return known;
+      // Only "connected" is answered from memory: a device that connected elsewhere a moment
+      // ago is reachable from the moment its client sees `connect` (decisions §5), before
+      // its announcement reaches this process, so "not connected" is always asked of Redis.
+      if (known !== undefined && known.connected && known.until > Date.now()) return known;
       const pending = lookups.get(uuid);
       if (pending !== undefined) return pending;
       const lookup = pub

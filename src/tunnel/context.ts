@@ -1,0 +1,154 @@
+import type { Namespace, Server, Socket } from 'socket.io';
+import type { Logger } from '../logger';
+import type { RelayDirection } from '../metrics';
+import type { ReadStore } from '../infra/readstore/port';
+import type { DeviceAccess } from './access';
+import type { DeviceClaim, InterServerEvents, TunnelCluster } from './cluster';
+import { TUNNEL_MESSAGE_MAX_BYTES, type ClientToServerEvents, type ServerToClientEvents } from './events';
+import type { TunnelPrincipal } from './limiter';
+
+/**
+ * What every concern of the tunnel shares, passed in explicitly: the namespace, the
+ * sessions of this process, the cluster (other processes through Redis, or none), the
+ * device access cache, and the options. Each concern (connection.ts, apps.ts, devices.ts,
+ * live-feed.ts, limits.ts) takes this context and exports its handlers; tunnel.ts wires them.
+ */
+
+export interface TunnelOptions {
+  /** The engine's hard cap on one frame; above it the connection is closed. Above the message limit, so a message a little too large gets INVALID_PAYLOAD instead. */
+  readonly maxFrameBytes: number;
+  /**
+   * Events of one socket that may wait their turn (behind one that waits for IO: an event
+   * store read, a Redis-backed limiter). Never below what the rate limits let through at once.
+   */
+  readonly maxPendingPerSocket: number;
+  /** A socket with more packets than this waiting to be written at two sweeps in a row is cut off. */
+  readonly slowConsumerMaxQueued: number;
+  readonly sweepEveryMs: number;
+  /** A refused message is checked against the event store again only this long after the last check. */
+  readonly denialRecheckMs: number;
+  /** Folded device states kept for the permission checks. */
+  readonly accessCacheSize: number;
+}
+
+export const DEFAULT_TUNNEL_OPTIONS: TunnelOptions = {
+  maxFrameBytes: 2 * TUNNEL_MESSAGE_MAX_BYTES,
+  // 50 messages per 10 s and 10 subscribes per minute may all arrive at once (decisions §5, §6).
+  maxPendingPerSocket: 64,
+  slowConsumerMaxQueued: 1024,
+  sweepEveryMs: 2000,
+  denialRecheckMs: 250,
+  accessCacheSize: 20_000,
+};
+
+/** Who a socket is, as its handshake proved it. */
+export type Authenticated =
+  | { readonly kind: 'app'; readonly userId: string; readonly exp: number }
+  | { readonly kind: 'device'; readonly uuid: string; readonly gen: number; readonly exp: number; readonly authorizedAt: string };
+
+export interface SocketData {
+  auth: Authenticated;
+  /** A device socket's session, made (and the device claimed) before the connection is accepted. */
+  device?: DeviceSession;
+}
+
+export type TunnelServer = Server<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>;
+export type TunnelNamespace = Namespace<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>;
+export type TunnelSocket = Socket<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>;
+
+interface SessionBase {
+  readonly socket: TunnelSocket;
+  readonly principal: TunnelPrincipal;
+  /** Events of this socket started or waiting, in arrival order, and the promise the next one waits for. */
+  waiting: number;
+  tail: Promise<void>;
+  /** Sweeps in a row that found the socket's write queue over the limit. */
+  congested: number;
+  expiry: NodeJS.Timeout | undefined;
+}
+
+export interface AppSession extends SessionBase {
+  readonly kind: 'app';
+  readonly userId: string;
+  /** Subscribed device uuid → the `device-<uuid>` revision its link was checked at. */
+  readonly subscriptions: Map<string, bigint>;
+}
+
+export interface DeviceSession extends SessionBase {
+  readonly kind: 'device';
+  readonly uuid: string;
+  readonly gen: number;
+  /** The `device-<uuid>` revision the token was checked at. */
+  readonly authorizedAt: bigint;
+  claim: DeviceClaim | null;
+  /** Replaced or revoked: already dealt with when its socket closes. */
+  ended: boolean;
+}
+
+export type Session = AppSession | DeviceSession;
+
+function newSession(socket: TunnelSocket, principal: TunnelPrincipal): SessionBase {
+  return { socket, principal, waiting: 0, tail: Promise.resolve(), congested: 0, expiry: undefined };
+}
+
+export function appSession(socket: TunnelSocket, userId: string): AppSession {
+  return { ...newSession(socket, { type: 'user', id: userId }), kind: 'app', userId, subscriptions: new Map() };
+}
+
+export function deviceSession(socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): DeviceSession {
+  return {
+    ...newSession(socket, { type: 'device', id: auth.uuid }),
+    kind: 'device',
+    uuid: auth.uuid,
+    gen: auth.gen,
+    authorizedAt: BigInt(auth.authorizedAt),
+    claim: null,
+    ended: false,
+  };
+}
+
+/** The sockets this process holds, indexed the ways the concerns look them up. */
+export interface TunnelSessions {
+  /** Every connected session, by socket id. */
+  readonly all: Map<string, Session>;
+  /** The device sockets of each device on this process, including those still claiming. */
+  readonly devices: Map<string, Set<DeviceSession>>;
+  /** The current (claimed) device socket of each device held by this process. */
+  readonly live: Map<string, DeviceSession>;
+  /** Subscribed app sessions on this process, by device. */
+  readonly subscribers: Map<string, Set<AppSession>>;
+}
+
+export function createSessions(): TunnelSessions {
+  return { all: new Map(), devices: new Map(), live: new Map(), subscribers: new Map() };
+}
+
+export interface TunnelContext {
+  readonly nsp: TunnelNamespace;
+  readonly options: TunnelOptions;
+  readonly logger: Logger;
+  readonly now: () => string;
+  readonly cluster: TunnelCluster;
+  readonly access: DeviceAccess;
+  readonly sessions: TunnelSessions;
+  /** The device read model: the heartbeat presence `device:status` carries. */
+  readonly readStore: ReadStore | undefined;
+  readonly onRelayed: ((direction: RelayDirection) => void) | undefined;
+  /** Keeps work that outlives the event that started it (releases, notices); awaited on close. */
+  readonly track: (work: Promise<unknown>, what: string) => void;
+  /** True once the tunnel is closing: no new connections. */
+  readonly closing: () => boolean;
+}
+
+export const deviceRoom = (uuid: string): string => `device:${uuid}`;
+export const subscribersRoom = (uuid: string): string => `subscribers:${uuid}`;
+export const userSubscribersRoom = (uuid: string, userId: string): string => `subscribers:${uuid}:${userId}`;
+
+export type Maybe<T> = T | Promise<T>;
+
+/** `next(value)`, at once when the value is already there: the hot path allocates no promise. */
+export function andThen<T, R>(value: Maybe<T>, next: (value: T) => Maybe<R>): Maybe<R> {
+  return value instanceof Promise ? value.then(next) : next(value);
+}
+
+export const errorText = (error: unknown): string => (error instanceof Error ? error.message : String(error));

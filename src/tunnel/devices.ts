@@ -1,0 +1,194 @@
+import { randomUUID } from 'node:crypto';
+import { TOKEN_MESSAGES } from '../auth/tokens';
+import { UnauthorizedError } from '../domain/errors';
+import { findDevice } from '../projections/devices';
+import type { ClusterNotice, DeviceClaim } from './cluster';
+import {
+  andThen,
+  deviceRoom,
+  deviceSession,
+  subscribersRoom,
+  userSubscribersRoom,
+  type Authenticated,
+  type DeviceSession,
+  type Maybe,
+  type TunnelContext,
+  type TunnelSocket,
+} from './context';
+import { TunnelFailure, TUNNEL_MESSAGES } from './errors';
+import type { DeviceStatus, MessageAck, MessageFromDevice, TunnelError } from './events';
+import { parse, type EventRunner } from './limits';
+import { deviceMessage } from './schemas';
+
+/**
+ * Device sockets: the one live socket per device (claimed before the handshake is accepted,
+ * so a hub is reachable from every process the moment its client sees `connect`), relay
+ * from a device to its subscribers, and `device:status` when the socket connects or drops.
+ */
+
+export const DELIVERED: MessageAck = Object.freeze({ success: true, delivered: true });
+export const NOT_DELIVERED: MessageAck = Object.freeze({ success: true, delivered: false });
+
+export interface DeviceSockets {
+  /** The device half of the handshake: its session, its room and its claim, before `connect`. */
+  admit(socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): Promise<void>;
+  /** `tunnel:message` from a device, in its turn. */
+  onMessage(session: DeviceSession, args: readonly unknown[]): void;
+  /** The socket closed (or its handshake failed): forget it, release the device, tell the subscribers. */
+  left(session: DeviceSession): void;
+  /** Ends a socket that lost its place: replaced by a newer one, or revoked. */
+  end(session: DeviceSession, error: TunnelError): void;
+  /** Another process claimed a device: a local socket with an older claim is replaced. */
+  onNotice(notice: ClusterNotice): void;
+  /** Whether the device's tunnel socket is connected, here or on any process. */
+  connected(uuid: string): Maybe<boolean>;
+  /** The claims this process holds (written again after Redis restarts). */
+  held(): Array<{ uuid: string; claim: DeviceClaim }>;
+  sendStatus(uuid: string, status: DeviceStatus, localOnly: boolean): void;
+}
+
+const replaced = (): TunnelError => ({ code: 'SESSION_REPLACED', message: TUNNEL_MESSAGES.sessionReplaced });
+const lostClaim = (): TunnelFailure => new TunnelFailure('SESSION_REPLACED', TUNNEL_MESSAGES.sessionReplaced);
+
+export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): DeviceSockets {
+  const { nsp, cluster, sessions } = ctx;
+
+  const sendStatus = (uuid: string, status: DeviceStatus, localOnly: boolean): void => {
+    (localOnly ? nsp.local : nsp).to(subscribersRoom(uuid)).emit('device:status', status);
+  };
+
+  /** The heartbeat presence as the REST API shows it (the read model), else as the device stream last said. */
+  const presenceOf = async (uuid: string): Promise<{ isOnline: boolean; lastSeenAt: string | null }> => {
+    const doc = ctx.readStore === undefined ? null : await findDevice(ctx.readStore, uuid);
+    if (doc !== null) return { isOnline: doc.isOnline, lastSeenAt: doc.lastSeenAt };
+    const state = ctx.access.peek(uuid)?.state;
+    return state?.status === 'active' ? { isOnline: state.isOnline, lastSeenAt: state.lastSeenAt } : { isOnline: false, lastSeenAt: null };
+  };
+
+  /** The device's tunnel socket connected or dropped: every subscriber, on every process, hears it with the presence. */
+  const announceTunnel = (uuid: string, tunnelConnected: boolean): void => {
+    ctx.track(
+      presenceOf(uuid).then((presence) => sendStatus(uuid, { deviceUuid: uuid, ...presence, tunnelConnected }, false)),
+      'device status',
+    );
+  };
+
+  const release = (session: DeviceSession): void => {
+    sessions.live.delete(session.uuid);
+    if (session.claim !== null) {
+      ctx.track(cluster.releaseDevice(session.uuid, session.claim), 'device release');
+      cluster.announce({ kind: 'device-gone', uuid: session.uuid, claim: session.claim });
+    }
+    announceTunnel(session.uuid, false);
+  };
+
+  const end = (session: DeviceSession, error: TunnelError): void => {
+    if (session.ended) return;
+    session.ended = true;
+    // Replaced: the newer socket holds the device, nothing changes for the subscribers.
+    if (sessions.live.get(session.uuid) === session) {
+      if (error.code === 'SESSION_REPLACED') sessions.live.delete(session.uuid);
+      else release(session);
+    }
+    session.socket.emit('tunnel:error', error);
+    session.socket.disconnect(true);
+  };
+
+  const left = (session: DeviceSession): void => {
+    clearTimeout(session.expiry);
+    sessions.all.delete(session.socket.id);
+    const set = sessions.devices.get(session.uuid);
+    set?.delete(session);
+    if (set?.size === 0) sessions.devices.delete(session.uuid);
+    if (sessions.live.get(session.uuid) === session) release(session);
+  };
+
+  /** The socket is gone (or was refused) before its session ended. */
+  const abandoned = (session: DeviceSession): boolean => session.ended || session.socket.conn.readyState !== 'open';
+
+  /** Room and claim; a newer claim elsewhere or a client gone meanwhile refuses the handshake. */
+  const claim = async (session: DeviceSession): Promise<void> => {
+    const { uuid, socket } = session;
+    await socket.join(deviceRoom(uuid));
+    await cluster.roomsReady();
+    const mine = await cluster.claimDevice(uuid, socket.id);
+    session.claim = mine;
+    if (abandoned(session)) {
+      await cluster.releaseDevice(uuid, mine);
+      throw lostClaim();
+    }
+    // A newer connection elsewhere may have claimed the device while this one was claiming.
+    if ((await cluster.remoteDevice(uuid)).claim > mine || abandoned(session)) {
+      session.ended = true;
+      throw lostClaim();
+    }
+    const previous = sessions.live.get(uuid);
+    if (previous !== undefined && previous !== session) {
+      if ((previous.claim ?? 0) > mine) {
+        session.ended = true;
+        throw lostClaim();
+      }
+      end(previous, replaced());
+    }
+    sessions.live.set(uuid, session);
+    cluster.announce({ kind: 'device-connected', uuid, claim: mine });
+    announceTunnel(uuid, true);
+  };
+
+  const relay = (session: DeviceSession, input: unknown): Maybe<MessageAck> => {
+    const message = parse(deviceMessage, input);
+    return andThen(runner.consume(session, 'message'), () => {
+      const out: MessageFromDevice = {
+        id: message.id ?? randomUUID(),
+        deviceUuid: session.uuid,
+        from: 'device',
+        ...(message.replyTo !== undefined ? { replyTo: message.replyTo } : {}),
+        type: message.type,
+        payload: message.payload ?? null,
+        sentAt: ctx.now(),
+      };
+      const room = message.to !== undefined ? userSubscribersRoom(session.uuid, message.to) : subscribersRoom(session.uuid);
+      nsp.to(room).emit('tunnel:message', out);
+      ctx.onRelayed?.('to_apps');
+      return DELIVERED;
+    });
+  };
+
+  const failedMessage = (): MessageAck => ({ success: false, delivered: false });
+
+  return {
+    async admit(socket, auth) {
+      const session = deviceSession(socket, auth);
+      // A deletion or a new token generation the live subscription applied during the handshake.
+      const latest = ctx.access.peek(session.uuid);
+      if (latest !== undefined && (latest.state.status !== 'active' || latest.state.gen !== session.gen)) {
+        throw new UnauthorizedError(TOKEN_MESSAGES.revoked);
+      }
+      let set = sessions.devices.get(session.uuid);
+      if (set === undefined) sessions.devices.set(session.uuid, (set = new Set()));
+      set.add(session);
+      // Socket.IO says nothing of a socket whose client leaves before the connection is accepted.
+      socket.conn.once('close', () => {
+        if (!socket.connected) left(session);
+      });
+      try {
+        await claim(session);
+      } catch (error) {
+        left(session);
+        throw error;
+      }
+      socket.data.device = session;
+    },
+    onMessage: (session, args) => runner.run(session, args, failedMessage, (input) => relay(session, input)),
+    left,
+    end,
+    onNotice(notice) {
+      if (notice.kind !== 'device-connected') return;
+      const local = sessions.live.get(notice.uuid);
+      if (local !== undefined && local.claim !== null && local.claim < notice.claim) end(local, replaced());
+    },
+    connected: (uuid) => sessions.live.has(uuid) || andThen(cluster.remoteDevice(uuid), (remote) => remote.connected),
+    held: () => [...sessions.live.values()].flatMap((s) => (s.claim !== null ? [{ uuid: s.uuid, claim: s.claim }] : [])),
+    sendStatus,
+  };
+}

@@ -1,0 +1,137 @@
+import type { AccessRevocations } from '../auth/access-revocations';
+import { asHomeHubEvent, STREAM_PREFIXES } from '../domain/events';
+import type { EventStore, GlobalPosition, RecordedEvent, Subscription } from '../infra/eventstore/port';
+import type { AppSockets } from './apps';
+import { errorText, type DeviceSession, type TunnelContext } from './context';
+import type { DeviceSockets } from './devices';
+import { TUNNEL_MESSAGES } from './errors';
+
+/**
+ * The live feed: every API process follows the `device-*` events from the head and acts
+ * on its own sockets. Presence transitions become `device:status`; unlinks, deletions and
+ * new token generations revoke; a deactivated account's app sockets are closed.
+ */
+
+export interface LiveFeed {
+  stop(): Promise<void>;
+}
+
+const RESUBSCRIBE_MS = 1000;
+
+export async function startLiveFeed(
+  ctx: TunnelContext,
+  deps: {
+    readonly eventStore: EventStore;
+    readonly apps: Pick<AppSockets, 'removeSubscription'>;
+    readonly devices: Pick<DeviceSockets, 'end' | 'connected' | 'sendStatus'>;
+    readonly accessRevocations: Pick<AccessRevocations, 'onRevoked'> | undefined;
+  },
+): Promise<LiveFeed> {
+  const { sessions, access, logger } = ctx;
+  const { eventStore, apps, devices } = deps;
+
+  /** A presence transition: each process tells its own subscribers, with whether the device's tunnel socket is up anywhere. */
+  const announcePresence = (uuid: string, isOnline: boolean, lastSeenAt: string | null): void => {
+    if (!sessions.subscribers.has(uuid)) return;
+    ctx.track(
+      Promise.resolve(devices.connected(uuid)).then((tunnelConnected) =>
+        devices.sendStatus(uuid, { deviceUuid: uuid, isOnline, lastSeenAt, tunnelConnected }, true),
+      ),
+      'device status',
+    );
+  };
+
+  const revokeSubscriptions = (uuid: string, revision: bigint, userId: string | null): void => {
+    const set = sessions.subscribers.get(uuid);
+    if (set === undefined) return;
+    for (const session of [...set]) {
+      if (userId !== null && session.userId !== userId) continue;
+      const checkedAt = session.subscriptions.get(uuid);
+      if (checkedAt === undefined || checkedAt >= revision) continue;
+      apps.removeSubscription(session, uuid);
+      session.socket.emit('tunnel:error', { code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.accessRevoked(uuid) });
+    }
+  };
+
+  const revokeDevices = (uuid: string, revoked: (session: DeviceSession) => boolean): void => {
+    for (const session of [...(sessions.devices.get(uuid) ?? [])]) {
+      if (revoked(session)) devices.end(session, { code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.deviceRevoked });
+    }
+  };
+
+  const react = (recorded: RecordedEvent): void => {
+    const event = asHomeHubEvent(recorded);
+    if (event === null) return;
+    const uuid = recorded.streamName.slice(STREAM_PREFIXES.device.length);
+    switch (event.type) {
+      case 'DeviceWentOnline':
+        announcePresence(uuid, true, event.data.lastSeenAt);
+        return;
+      case 'DeviceWentOffline':
+        announcePresence(uuid, false, event.data.lastSeenAt);
+        return;
+      case 'UserUnlinked':
+        revokeSubscriptions(uuid, recorded.revision, event.data.userId);
+        return;
+      case 'DeviceDeleted':
+        revokeSubscriptions(uuid, recorded.revision, null);
+        revokeDevices(uuid, (session) => session.authorizedAt < recorded.revision);
+        return;
+      case 'DeviceTokenIssued':
+        revokeDevices(uuid, (session) => session.gen < event.data.gen);
+        return;
+      default:
+        return;
+    }
+  };
+
+  // A deactivated account: every process closes the sockets it holds for it.
+  deps.accessRevocations?.onRevoked((userId) => {
+    for (const session of [...sessions.all.values()]) {
+      if (session.kind !== 'app' || session.userId !== userId) continue;
+      session.socket.emit('tunnel:error', { code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.accountRevoked });
+      session.socket.disconnect(true);
+    }
+  });
+
+  let stopped = false;
+  let subscription: Subscription | null = null;
+  let wake: () => void = () => undefined;
+  const follow = async (start: GlobalPosition | null): Promise<void> => {
+    let from = start;
+    while (!stopped) {
+      const current = eventStore.subscribe({ ...(from !== null ? { fromPosition: from } : {}), streamPrefixes: [STREAM_PREFIXES.device] });
+      subscription = current;
+      try {
+        for await (const item of current) {
+          if (item.kind !== 'event') continue;
+          from = item.event.position;
+          access.apply(item.event);
+          try {
+            react(item.event);
+          } catch (error) {
+            logger.error({ err: errorText(error), type: item.event.type }, 'tunnel: reaction failed');
+          }
+        }
+      } catch (error) {
+        if (!stopped) logger.warn({ err: errorText(error) }, 'tunnel: device event subscription failed; resubscribing');
+      }
+      await current.close().catch(() => undefined);
+      if (stopped) return;
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        setTimeout(resolve, RESUBSCRIBE_MS).unref();
+      });
+    }
+  };
+  const following = follow(await eventStore.headPosition());
+
+  return {
+    async stop() {
+      stopped = true;
+      await subscription?.close().catch(() => undefined);
+      wake();
+      await following;
+    },
+  };
+}

@@ -1,0 +1,96 @@
+import Redis from 'ioredis';
+import type { Config, Secrets } from '../config';
+import type { Logger } from '../logger';
+import type { CredentialStore } from '../infra/credentials/port';
+import { openFileCredentialStore } from '../infra/credentials/file';
+import { openMongoCredentialStore } from '../infra/credentials/mongo';
+import type { EventStore } from '../infra/eventstore/port';
+import { openEmbeddedEventStore } from '../infra/eventstore/embedded';
+import { createEsdbEventStore } from '../infra/eventstore/esdb';
+import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/instrumented';
+import type { ReadStore } from '../infra/readstore/port';
+import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
+import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
+import { resolveEmbeddedSecrets } from '../secrets';
+
+/**
+ * The one place that picks adapters from the configuration: the embedded log, memory read
+ * models and a local watermark in embedded mode; EventStoreDB, MongoDB and Redis in
+ * distributed mode. Everything else receives what this returns.
+ */
+
+export interface Infrastructure {
+  readonly eventStore: EventStore;
+  readonly readStore: ReadStore;
+  /** Generations of the read models: `readStore` follows the current one. */
+  readonly readModels: ReadModels;
+  readonly watermark: Watermark;
+  readonly secrets: Secrets;
+  readonly redis: Redis | null;
+  /** Password hashes: not events, not a read model (never rebuilt). */
+  readonly credentials: CredentialStore;
+  readonly close: () => Promise<void>;
+}
+
+/** Held in Redis by the active projector (distributed mode); the rebuild asks whether one runs. */
+export const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
+
+export async function connectInfrastructure(config: Config, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
+  if (config.mode === 'embedded') {
+    const { secrets, file } = resolveEmbeddedSecrets(config);
+    if (config.secrets.internalApiKeys === undefined) {
+      logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
+    }
+    const eventStore = instrumentEventStore(await openEmbeddedEventStore(config.dataDir), appends);
+    const readModels = await openMemoryReadModels(eventStore);
+    const readStore = readModels.readStore;
+    const watermark = createLocalWatermark();
+    const credentials = await openFileCredentialStore(config.dataDir);
+    return {
+      eventStore,
+      readStore,
+      readModels,
+      watermark,
+      secrets,
+      redis: null,
+      credentials,
+      close: async () => {
+        await watermark.close();
+        await readStore.close();
+        await credentials.close();
+        await eventStore.close();
+      },
+    };
+  }
+
+  const redisOptions = { maxRetriesPerRequest: null, lazyConnect: false } as const;
+  const redis = new Redis(config.redisUrl, redisOptions);
+  const subscriber = new Redis(config.redisUrl, redisOptions);
+  redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
+  subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
+  const eventStore = instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), appends);
+  const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
+    isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
+  });
+  const readStore = readModels.readStore;
+  const watermark = await createRedisWatermark(redis, subscriber, readStore);
+  // The `credentials` collection of the read models' database, on a client of its own.
+  const credentials = await openMongoCredentialStore(config.mongodbUri);
+  return {
+    eventStore,
+    readStore,
+    readModels,
+    watermark,
+    secrets: config.secrets,
+    redis,
+    credentials,
+    close: async () => {
+      await watermark.close();
+      await readStore.close();
+      await credentials.close();
+      await eventStore.close();
+      subscriber.disconnect();
+      redis.disconnect();
+    },
+  };
+}

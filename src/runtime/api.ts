@@ -1,0 +1,165 @@
+import { createServer, type Server } from 'node:http';
+import type { Config } from '../config';
+import type { Logger } from '../logger';
+import type { Metrics } from '../metrics';
+import { createApp } from '../api/app';
+import type { ReadinessReport } from '../api/routes/health';
+import { rateLimit } from '../api/rate-limit';
+import { startAccessRevocationFeed, withAccessRevocations } from '../auth/access-revocations';
+import { createApiKeyMatcher } from '../auth/api-keys';
+import { createPasswordHasher } from '../auth/passwords';
+import { createTokens } from '../auth/tokens';
+import type { Clock, StateCache } from '../commands/handler';
+import { createAuthCommands } from '../commands/auth';
+import { createDeviceCommands } from '../commands/devices';
+import { createSessionCommands } from '../commands/sessions';
+import { createUserCommands } from '../commands/users';
+import type { DeviceState } from '../domain/device';
+import { createLogMailer, createSmtpMailer } from '../infra/mail/mailer';
+import { allProjections } from '../projections';
+import { createMemoryRateLimiter, createRedisRateLimiter, type Tier } from '../ratelimit/limiter';
+import { tunnelLimiterFrom } from '../tunnel/limiter';
+import { createTunnel, DEFAULT_TUNNEL_OPTIONS } from '../tunnel/tunnel';
+import type { Infrastructure } from './adapters';
+import type { ShutdownStep } from './shutdown';
+
+/**
+ * The `api` role: the HTTP API and the Socket.IO tunnel on one server, with the use cases
+ * behind them. Its shutdown steps close the tunnel's transports first (clients reconnect
+ * elsewhere), then the deactivation feed, then send the reset mails still on their way.
+ */
+
+export interface ApiRole {
+  readonly server: Server;
+  /** Before the HTTP drain: tunnel transports. After it: the mail still to send. */
+  readonly stopBeforeHttp: readonly ShutdownStep[];
+  readonly stopAfterHttp: readonly ShutdownStep[];
+}
+
+export interface ApiRoleDeps {
+  readonly config: Config;
+  readonly infra: Infrastructure;
+  readonly logger: Logger;
+  readonly metrics: Metrics;
+  readonly clock: Clock;
+  /** Device states folded once per process, shared with the expiry jobs. */
+  readonly deviceStates: StateCache<DeviceState>;
+  readonly readiness: () => Promise<ReadinessReport>;
+}
+
+/** The use cases behind the routes, with the tokens that check deactivations (decisions §3). */
+async function startUseCases({ config, infra, logger, metrics, clock, deviceStates }: Omit<ApiRoleDeps, 'readiness'>) {
+  const settle = { watermark: infra.watermark, clock, readYourWritesTimeoutMs: config.readYourWritesTimeoutMs };
+  const sessions = createSessionCommands({ eventStore: infra.eventStore, readStore: infra.readStore, ...settle });
+  const users = createUserCommands({
+    eventStore: infra.eventStore,
+    ...settle,
+    revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
+  });
+  const revocations = await startAccessRevocationFeed({ eventStore: infra.eventStore, readStore: infra.readStore, logger });
+  const tokens = withAccessRevocations(createTokens(infra.secrets), revocations.revocations);
+  const devices = createDeviceCommands({
+    eventStore: infra.eventStore,
+    readStore: infra.readStore,
+    ...settle,
+    maxDevicesPerUser: config.maxDevicesPerUser,
+    deviceStates,
+    onHeartbeat: () => metrics.heartbeats.inc(),
+  });
+  const mailer = config.smtpUrl !== undefined ? createSmtpMailer(config.smtpUrl, config.mailFrom) : createLogMailer(logger, config.mailFrom);
+  const hasher = createPasswordHasher();
+  metrics.sources.passwordHashesWaiting = () => hasher.stats().waiting;
+  const auth = createAuthCommands({
+    eventStore: infra.eventStore,
+    readStore: infra.readStore,
+    credentials: infra.credentials,
+    hasher,
+    onLogin: (outcome) => metrics.logins.inc({ outcome }),
+    tokens,
+    sessions,
+    mailer,
+    logger,
+    ...settle,
+    adminEmails: config.adminEmails,
+    appOrigin: config.appOrigin,
+  });
+  return { sessions, users, revocations, tokens, devices, mailer, auth };
+}
+
+export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
+  const { config, infra, logger, metrics, clock, readiness } = deps;
+  const { users, revocations, tokens, devices, mailer, auth } = await startUseCases(deps);
+  const limiter =
+    infra.redis === null
+      ? createMemoryRateLimiter(config.rateLimits)
+      : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics));
+
+  const server = createServer(
+    createApp({
+      rateLimit: rateLimit({
+        limiter,
+        tokens,
+        matchApiKey: createApiKeyMatcher(infra.secrets.internalApiKeys),
+        onRejected: (tier) => metrics.rateLimitRejections.inc({ tier }),
+      }),
+      metrics,
+      logger,
+      appOrigin: config.appOrigin,
+      trustProxy: config.trustProxy,
+      health: { readiness },
+      auth: { internalApiKeys: infra.secrets.internalApiKeys, users, auth, tokens },
+      users: { tokens, readStore: infra.readStore, adminEmails: config.adminEmails },
+      devices: { tokens, readStore: infra.readStore, devices },
+      audit: { tokens, readStore: infra.readStore, eventStore: infra.eventStore, clock },
+      admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
+    }),
+  );
+  const tunnel = await createTunnel(server, {
+    tokens,
+    limiter: tunnelLimiterFrom(limiter, (tier) => metrics.rateLimitRejections.inc({ tier })),
+    eventStore: infra.eventStore,
+    readStore: infra.readStore,
+    logger,
+    clock,
+    redis: config.mode === 'distributed' ? { url: config.redisUrl } : null,
+    appOrigin: config.appOrigin,
+    onRelayed: (direction) => metrics.tunnelMessages.inc({ direction }),
+    accessRevocations: revocations.revocations,
+    // A burst the limits allow is never refused for being a burst (decisions §5).
+    options: {
+      maxPendingPerSocket: Math.max(
+        DEFAULT_TUNNEL_OPTIONS.maxPendingPerSocket,
+        config.rateLimits.tunnelMessage.points + config.rateLimits.tunnelSubscribe.points,
+      ),
+    },
+  });
+  metrics.sources.tunnel = () => tunnel.stats();
+
+  return {
+    server,
+    stopBeforeHttp: [{ name: 'tunnel', run: () => tunnel.close() }],
+    stopAfterHttp: [
+      { name: 'revocations', run: () => revocations.stop() },
+      // Reset mails still on their way are sent before the stores close.
+      {
+        name: 'mail',
+        run: async () => {
+          await auth.drain();
+          mailer.close();
+        },
+      },
+    ],
+  };
+}
+
+/** Fail open, loudly: one log line per tier and minute while the counters' store is unreachable. */
+function onRateLimitStoreError(logger: Logger, metrics: Metrics): (tier: Tier, error: Error) => void {
+  const lastLogged = new Map<Tier, number>();
+  return (tier, error) => {
+    metrics.rateLimitStoreErrors.inc({ tier });
+    const now = Date.now();
+    if (now - (lastLogged.get(tier) ?? 0) < 60_000) return;
+    lastLogged.set(tier, now);
+    logger.warn({ tier, err: error.message }, 'rate-limit store unreachable: letting requests through');
+  };
+}

@@ -93,7 +93,9 @@ const envSchema = z.object({
   ADMIN_EMAILS: commaList,
   MAX_DEVICES_PER_USER: positiveInt(100),
   OFFLINE_AFTER_SECONDS: positiveInt(300),
+  HEARTBEAT_RETENTION_SECONDS: positiveInt(604_800),
   LOG_LEVEL: logLevel,
+  APP_VERSION: optionalString,
   ROLES: roles,
   READ_YOUR_WRITES_TIMEOUT_MS: positiveInt(5000),
   PROJECTOR_LEASE_MS: positiveInt(10_000),
@@ -126,6 +128,10 @@ interface CommonConfig {
   readonly adminEmails: readonly string[];
   readonly maxDevicesPerUser: number;
   readonly offlineAfterSeconds: number;
+  /** The `$maxAge` of every `heartbeat-<uuid>` stream (decisions §4, §10). */
+  readonly heartbeatRetentionSeconds: number;
+  /** The build's version (the image sets it); `dev` otherwise. */
+  readonly version: string;
   readonly logLevel: string;
   readonly roles: readonly Role[];
   readonly readYourWritesTimeoutMs: number;
@@ -176,7 +182,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     adminEmails: e.ADMIN_EMAILS.map((m) => m.toLowerCase()),
     maxDevicesPerUser: e.MAX_DEVICES_PER_USER,
     offlineAfterSeconds: e.OFFLINE_AFTER_SECONDS,
+    heartbeatRetentionSeconds: e.HEARTBEAT_RETENTION_SECONDS,
     logLevel: e.LOG_LEVEL ?? 'info',
+    version: e.APP_VERSION ?? 'dev',
     roles: e.ROLES ?? ['api', 'projector', 'expiry'],
     readYourWritesTimeoutMs: e.READ_YOUR_WRITES_TIMEOUT_MS,
     projectorLeaseMs: e.PROJECTOR_LEASE_MS,

@@ -74,7 +74,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     server.listen(config.port, config.host, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;
-  logger.info({ port, mode: config.mode, roles: [...roles] }, 'service started');
+  logger.info({ port, mode: config.mode, roles: [...roles], version: config.version }, 'service started');
 
   return {
     port,

@@ -23,7 +23,7 @@ import { findUserByEmail } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
 import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
 
-/** `heartbeat-<uuid>` keeps a week: enough for the offline expiry and for auditors, never a long read. */
+/** `heartbeat-<uuid>` keeps a week by default: enough for the offline expiry and for auditors, never a long read. */
 export const HEARTBEAT_MAX_AGE_SECONDS = 7 * 24 * 60 * 60;
 
 /** Device states kept folded per process (a few hundred bytes each), so a heartbeat reads only what is new. */
@@ -36,6 +36,8 @@ export interface DeviceCommandDeps {
   readonly clock: Clock;
   readonly readYourWritesTimeoutMs: number;
   readonly maxDevicesPerUser: number;
+  /** The `$maxAge` of `heartbeat-<uuid>` (HEARTBEAT_RETENTION_SECONDS); a week when absent. */
+  readonly heartbeatRetentionSeconds?: number;
   /** Folded device states, shared with the expiry worker of this process (src/commands/presence.ts). */
   readonly deviceStates?: StateCache<DeviceState>;
   /** Told of every accepted heartbeat (for `heartbeats_accepted_total`). */
@@ -152,7 +154,7 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
         ctx,
       );
       // Once per registration; setting it again after a re-registration changes nothing.
-      await eventStore.setStreamMaxAge(heartbeatStream(input.uuid), HEARTBEAT_MAX_AGE_SECONDS);
+      await eventStore.setStreamMaxAge(heartbeatStream(input.uuid), deps.heartbeatRetentionSeconds ?? HEARTBEAT_MAX_AGE_SECONDS);
       await settle(result.position);
       return active(result.state);
     },

@@ -63,6 +63,7 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     readStore: infra.readStore,
     ...settle,
     maxDevicesPerUser: config.maxDevicesPerUser,
+    heartbeatRetentionSeconds: config.heartbeatRetentionSeconds,
     deviceStates,
     onHeartbeat: () => metrics.heartbeats.inc(),
   });

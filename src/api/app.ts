@@ -40,8 +40,9 @@ export function createApp(deps: AppDeps): Express {
 
   app.use(requestId);
   app.use(observeRequests(deps.logger, deps.metrics));
-  app.use(deps.rateLimit);
+  // Before the limiter: preflights are not counted, and a 429 still carries the CORS headers.
   app.use(cors(deps.appOrigin));
+  app.use(deps.rateLimit);
   app.use(requireJsonBody);
   app.use(express.json({ limit: BODY_LIMIT_BYTES, strict: false }));
 
@@ -54,6 +55,8 @@ export function createApp(deps: AppDeps): Express {
   v1.use('/devices', rememberRouteBase, auditRoutes(deps.audit));
   v1.use('/admin', rememberRouteBase, adminRoutes(deps.admin));
   app.use('/api/v1', v1);
+  // Liveness at the root too, for probes and people who try it first.
+  app.use(rememberRouteBase, healthRoutes(deps.health));
   app.use(metricsRoutes(deps.metrics.registry));
 
   app.use(notFoundHandler);

@@ -13,7 +13,15 @@ export const requestId: RequestHandler = (req, res, next) => {
   next();
 };
 
-/** CORS exactly as the interface says: one configured origin, credentials, fixed methods and headers. */
+/** What a browser app may read from a response besides the simple headers (decisions §6). */
+export const CORS_EXPOSED_HEADERS = 'X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After';
+
+/**
+ * CORS as the interface says: one configured origin, credentials, fixed methods and
+ * headers. It runs before the rate limiter (decisions §6): a preflight is answered here
+ * and never counted, and every response to the allowed origin, errors and 429s included,
+ * carries the CORS headers, with the rate-limit, retry and request-id headers exposed.
+ */
 export function cors(appOrigin: string | undefined): RequestHandler {
   const origin = appOrigin === undefined ? undefined : new URL(appOrigin).origin;
   return (req, res, next) => {
@@ -22,6 +30,7 @@ export function cors(appOrigin: string | undefined): RequestHandler {
       if (req.get('Origin') === origin) {
         res.setHeader('Access-Control-Allow-Origin', origin);
         res.setHeader('Access-Control-Allow-Credentials', 'true');
+        res.setHeader('Access-Control-Expose-Headers', CORS_EXPOSED_HEADERS);
       }
     }
     if (req.method === 'OPTIONS' && req.get('Access-Control-Request-Method') !== undefined) {

@@ -32,7 +32,7 @@ const PER_IP_AUTH: Readonly<Record<string, Tier>> = {
   '/api/v1/auth/password-reset/confirm': 'auth',
 };
 
-const OPS_PATHS = new Set(['/api/v1/health', '/api/v1/health/ready', '/metrics']);
+const OPS_PATHS = new Set(['/api/v1/health', '/api/v1/health/ready', '/health', '/health/ready', '/metrics']);
 /** A hub's own requests, counted per device in the heartbeat tier: heartbeats and token renewals. */
 const HEARTBEAT = /^\/api\/v1\/devices\/(?:heartbeat\/[^/]+|auth\/[^/]+\/renew)\/?$/;
 

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { Config } from './config';
 import type { Logger } from './logger';
 import { createOperationsApp } from './api/app';
+import { DOCS_PATH } from './api/routes/docs';
 import { createStateCache, systemClock, type Clock } from './commands/handler';
 import { DEVICE_STATE_CACHE_SIZE } from './commands/devices';
 import type { DeviceState } from './domain/device';
@@ -74,7 +75,10 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     server.listen(config.port, config.host, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;
-  logger.info({ port, mode: config.mode, roles: [...roles], version: config.version }, 'service started');
+  logger.info(
+    { port, mode: config.mode, roles: [...roles], version: config.version, ...(api !== null ? { docs: `http://localhost:${port}${DOCS_PATH}` } : {}) },
+    'service started',
+  );
 
   return {
     port,

@@ -11,6 +11,7 @@ import { deviceRoutes, type DeviceDeps } from './routes/devices';
 import { auditRoutes, type AuditDeps } from './routes/audit';
 import { adminRoutes, type AdminDeps } from './routes/admin';
 import { openApiRoutes } from './routes/openapi';
+import { docsRoutes } from './routes/docs';
 import { userRoutes, type UserRouteDeps } from './routes/users';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
@@ -49,6 +50,7 @@ export function createApp(deps: AppDeps): Express {
   const v1 = express.Router();
   v1.use(rememberRouteBase, healthRoutes(deps.health));
   v1.use(rememberRouteBase, openApiRoutes());
+  v1.use(rememberRouteBase, docsRoutes());
   v1.use('/auth', rememberRouteBase, authRoutes(deps.auth));
   v1.use('/users', rememberRouteBase, userRoutes(deps.users));
   v1.use('/devices', rememberRouteBase, deviceRoutes(deps.devices));

@@ -16,7 +16,9 @@ export interface RouteDoc {
   readonly params?: z.ZodObject;
   readonly query?: z.ZodObject;
   readonly body?: z.ZodType;
-  /** Status → description (and, for success, the response schema when one is declared). */
+  /** The body may be left out (a heartbeat without changes). */
+  readonly bodyOptional?: boolean;
+  /** Status → description, and the response schema when the body is not the default error body. */
   readonly responses: Readonly<Record<number, { readonly description: string; readonly schema?: z.ZodType }>>;
 }
 

@@ -76,6 +76,31 @@ export const loginResponse = tokenPairResponse.extend({ user: userSummary });
 
 export const messageResponse = z.object({ message: z.string() });
 
+/** The user as sync-customer answers it (interface: "User as returned by sync-customer"). */
+export const syncCustomerResponse = z.object({
+  success: z.literal(true),
+  user: z.object({
+    id: z.uuid(),
+    sync_id: z.number().int(),
+    email: z.email(),
+    firstName: z.string(),
+    lastName: z.string(),
+    isActive: z.boolean(),
+    createdAt: z.iso.datetime(),
+  }),
+  created: z.boolean(),
+});
+
+/** The sync-customer 409 body: the interface's own shape for it. */
+export const syncConflictResponse = z.object({ success: z.literal(false), error: z.string(), code: z.literal('CONFLICT') });
+
+export const healthResponse = z.object({ status: z.literal('ok'), service: z.literal('home-hub-cloud') });
+
+export const readinessResponse = z.object({
+  status: z.enum(['ok', 'unavailable']),
+  checks: z.record(z.string(), z.object({ status: z.enum(['ok', 'fail']), detail: z.string().optional() })),
+});
+
 export const userResponse = userSummary.extend({
   isActive: z.boolean(),
   isEmailVerified: z.boolean(),

@@ -45,11 +45,12 @@ describe('GET /api/v1/openapi.json', () => {
     }
   });
 
-  test('request bodies come from the validating zod schemas', () => {
+  test('request bodies come from the validating zod schemas, named in components', () => {
     const sync = doc.paths['/auth/sync-customer']?.post;
-    expect(sync?.requestBody?.content['application/json'].schema.required).toEqual(
-      expect.arrayContaining(['id', 'first_name', 'last_name', 'email', 'active']),
-    );
+    const ref = (sync?.requestBody?.content['application/json'].schema as { $ref?: string }).$ref ?? '';
+    expect(ref).toMatch(/^#\/components\/schemas\/\w+$/);
+    const schema = (doc as unknown as { components: { schemas: Record<string, { required?: string[] }> } }).components.schemas[ref.split('/').at(-1) ?? ''];
+    expect(schema?.required).toEqual(expect.arrayContaining(['id', 'first_name', 'last_name', 'email', 'active']));
   });
 
   test('error responses are documented, including 401 on authenticated routes and 429 everywhere', () => {

@@ -13,7 +13,9 @@ import {
   passwordResetConfirmBody,
   passwordResetRequestBody,
   refreshBody,
+  syncConflictResponse,
   syncCustomerBody,
+  syncCustomerResponse,
   tokenPairResponse,
 } from '../schemas';
 import { requestContext } from '../context';
@@ -63,11 +65,11 @@ documentRoute({
   security: 'internalApiKey',
   body: syncCustomerBody,
   responses: {
-    200: { description: 'Updated: `{success, user, created: false}`' },
-    201: { description: 'Created: `{success, user, created: true}`' },
+    200: { description: 'Updated: `{success, user, created: false}`', schema: syncCustomerResponse },
+    201: { description: 'Created: `{success, user, created: true}`', schema: syncCustomerResponse },
     400: { description: 'Validation failure' },
     401: { description: 'Invalid API key' },
-    409: { description: 'E-mail held by another customer: `{success: false, error, code: "CONFLICT"}`' },
+    409: { description: 'E-mail held by another customer: `{success: false, error, code: "CONFLICT"}`', schema: syncConflictResponse },
   },
 });
 

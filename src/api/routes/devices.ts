@@ -196,6 +196,7 @@ documentRoute({
   security: 'device',
   params: deviceUuidParams,
   body: heartbeatBody,
+  bodyOptional: true,
   responses: {
     200: { description: 'The device\'s presence after the heartbeat', schema: heartbeatResponse },
     400: { description: 'Validation failure' },

@@ -1,5 +1,6 @@
 import { documentRoute } from '../openapi-registry';
 import { Router } from 'express';
+import { healthResponse, readinessResponse } from '../schemas';
 
 export interface ReadinessReport {
   readonly ready: boolean;
@@ -16,7 +17,7 @@ documentRoute({
   tag: 'operations',
   summary: 'Liveness: `{status: "ok", service: "home-hub-cloud"}`',
   security: 'none',
-  responses: { 200: { description: 'The process lives' } },
+  responses: { 200: { description: 'The process lives', schema: healthResponse } },
 });
 documentRoute({
   method: 'get',
@@ -24,7 +25,10 @@ documentRoute({
   tag: 'operations',
   summary: 'Readiness of every dependency: `{status, checks}`',
   security: 'none',
-  responses: { 200: { description: 'Every dependency answers' }, 503: { description: 'Names what is not ready' } },
+  responses: {
+    200: { description: 'Every dependency answers', schema: readinessResponse },
+    503: { description: 'Names what is not ready', schema: readinessResponse },
+  },
 });
 
 /** Liveness needs nothing; readiness asks every dependency (decisions §8). */

@@ -8,7 +8,8 @@ import { deviceResponse } from './devices';
 const revision = z
   .string()
   .refine((s) => /^\d{1,15}$/.test(s), { message: 'must be a non-negative integer' })
-  .transform(Number);
+  .transform(Number)
+  .pipe(z.number().int().min(0));
 
 const limit = z
   .string()

@@ -1,5 +1,7 @@
 import { dirname, join } from 'node:path';
 import { Router } from 'express';
+// The tunnel's AsyncAPI description, from the contract package (src/tunnel/contract).
+import asyncapi from '../../tunnel/contract/asyncapi.json';
 
 /**
  * The API reference page, `GET /api/v1/docs`: Swagger UI rendering `/api/v1/openapi.json`,
@@ -8,6 +10,7 @@ import { Router } from 'express';
  */
 
 const SWAGGER_UI = dirname(require.resolve('swagger-ui-dist/package.json'));
+
 const ASSETS = new Set(['swagger-ui.css', 'swagger-ui-bundle.js', 'swagger-ui-standalone-preset.js', 'favicon-32x32.png']);
 
 const PAGE = `<!doctype html>
@@ -19,6 +22,8 @@ const PAGE = `<!doctype html>
   <link rel="stylesheet" href="/api/v1/docs/swagger-ui.css">
 </head>
 <body>
+  <p style="font-family: sans-serif; margin: 1em 2em">The tunnel (Socket.IO, <code>/tunnel</code>): events and payloads in
+    <a href="/api/v1/docs/asyncapi.json">AsyncAPI</a>, typed in the <code>@home-hub-cloud/tunnel-contract</code> package.</p>
   <div id="swagger-ui"></div>
   <script src="/api/v1/docs/swagger-ui-bundle.js"></script>
   <script src="/api/v1/docs/swagger-ui-standalone-preset.js"></script>
@@ -44,6 +49,9 @@ export function docsRoutes(): Router {
   router.get('/docs', (_req, res) => {
     res.setHeader('Content-Security-Policy', CSP);
     res.type('html').send(PAGE);
+  });
+  router.get('/docs/asyncapi.json', (_req, res) => {
+    res.json(asyncapi);
   });
   router.get('/docs/init.js', (_req, res) => {
     res.type('application/javascript').send(INIT);

@@ -167,14 +167,19 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
       let set = sessions.devices.get(session.uuid);
       if (set === undefined) sessions.devices.set(session.uuid, (set = new Set()));
       set.add(session);
-      // Socket.IO says nothing of a socket whose client leaves before the connection is accepted.
+      // Socket.IO says nothing of a socket whose client leaves before the connection is
+      // accepted, nor takes a refused one out of the rooms it joined: both are done here.
+      const abandon = (): void => {
+        left(session);
+        void socket.leave(deviceRoom(session.uuid));
+      };
       socket.conn.once('close', () => {
-        if (!socket.connected) left(session);
+        if (!socket.connected) abandon();
       });
       try {
         await claim(session);
       } catch (error) {
-        left(session);
+        abandon();
         throw error;
       }
       socket.data.device = session;

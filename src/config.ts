@@ -99,6 +99,8 @@ const envSchema = z.object({
   ROLES: roles,
   READ_YOUR_WRITES_TIMEOUT_MS: positiveInt(5000),
   PROJECTOR_LEASE_MS: positiveInt(10_000),
+  SNAPSHOT_EVERY_EVENTS: positiveInt(100_000),
+  SNAPSHOT_INTERVAL_SECONDS: positiveInt(300),
   RATE_LIMITS: optionalString.transform((spec, ctx) => {
     try {
       return parseRateLimits(spec);
@@ -146,6 +148,9 @@ export interface EmbeddedConfig extends CommonConfig {
   readonly dataDir: string;
   /** Secrets given in the environment; the missing ones are generated once and kept in dataDir. */
   readonly secrets: Partial<Secrets>;
+  /** Start snapshots (src/runtime/snapshot.ts): written after this many appended events, or this often when anything was appended. */
+  readonly snapshotEveryEvents: number;
+  readonly snapshotIntervalSeconds: number;
 }
 
 export interface DistributedConfig extends CommonConfig {
@@ -198,6 +203,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ...common,
       mode: 'embedded',
       dataDir: e.DATA_DIR ?? './data',
+      snapshotEveryEvents: e.SNAPSHOT_EVERY_EVENTS,
+      snapshotIntervalSeconds: e.SNAPSHOT_INTERVAL_SECONDS,
       secrets: {
         ...(e.JWT_ACCESS_SECRET ? { jwtAccessSecret: e.JWT_ACCESS_SECRET } : {}),
         ...(e.JWT_REFRESH_SECRET ? { jwtRefreshSecret: e.JWT_REFRESH_SECRET } : {}),

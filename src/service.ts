@@ -21,6 +21,7 @@ import { drainHttpServer, trackTraffic } from './runtime/http-drain';
 import { startProjectorRole } from './runtime/projector';
 import { createReadiness } from './runtime/readiness';
 import { runShutdown } from './runtime/shutdown';
+import { startEmbeddedSnapshots, type SnapshotWriter } from './runtime/snapshot-writer';
 
 /**
  * The composition root: what runs in this process, top to bottom. The adapters are picked
@@ -49,9 +50,13 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   const metrics = createMetrics();
   let watermark: Watermark | null = null;
   const lag = createLagTracker(() => watermark?.current() ?? null);
+  let snapshots: SnapshotWriter | null = null;
   const infra = await connectInfrastructure(config, logger, {
     appendSeconds: metrics.eventStoreAppendSeconds,
-    onAppended: (position, count) => lag.appended(position, count),
+    onAppended: (position, count) => {
+      lag.appended(position, count);
+      snapshots?.appended(count);
+    },
   });
   watermark = infra.watermark;
   metrics.sources.projectorLag = () => lag.lag();
@@ -75,6 +80,11 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
     server.listen(config.port, config.host, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;
+  // 5. Embedded: start snapshots, the first one now if the start replayed anything.
+  if (config.mode === 'embedded' && projector !== null && infra.snapshot !== null) {
+    snapshots = startEmbeddedSnapshots(config, infra.snapshot, logger, () => api?.exportRevocations() ?? null);
+    void snapshots.write();
+  }
   logger.info(
     { port, mode: config.mode, roles: [...roles], version: config.version, ...(api !== null ? { docs: `http://localhost:${port}${DOCS_PATH}` } : {}) },
     'service started',
@@ -95,6 +105,8 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
           ...(api?.stopAfterHttp ?? []),
           { name: 'expiry', run: async () => expiry?.stop() },
           { name: 'projector', run: async () => projector?.stop() },
+          // After the projector: the last snapshot covers everything applied.
+          { name: 'snapshot', run: async () => snapshots?.write().then(() => snapshots?.stop()) },
           { name: 'stores', run: () => infra.close() },
         ],
         logger,

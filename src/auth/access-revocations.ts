@@ -1,7 +1,7 @@
 import { UnauthorizedError } from '../domain/errors';
 import { STREAM_PREFIXES, asHomeHubEvent } from '../domain/events';
 import type { EventStore, RecordedEvent, Subscription } from '../infra/eventstore/port';
-import { parsePosition } from '../infra/eventstore/port';
+import { formatPosition, parsePosition } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import { CHECKPOINT_NAME } from '../projections/projector';
@@ -41,7 +41,22 @@ export interface AccessRevocations {
   onRevoked(listener: (userId: string) => void): void;
   /** Users currently tracked (for tests and metrics). */
   size(): number;
+  /** What is tracked, as plain values (a start snapshot keeps it). */
+  exportState(): RevocationsState;
+  /** Adds what `exportState` gave (before any event is applied). */
+  importState(state: RevocationsState): void;
 }
+
+/** One tracked user, as a start snapshot keeps it. */
+export interface RevokedUser {
+  readonly userId: string;
+  readonly inactive: boolean;
+  readonly second: number;
+  readonly forgetAfterMs: number;
+  readonly families: readonly string[];
+}
+
+export type RevocationsState = readonly RevokedUser[];
 
 /** Margin on top of the access-token lifetime before a reactivated user's entry is dropped. */
 const FORGET_MARGIN_MS = 60_000;
@@ -101,6 +116,15 @@ export function createAccessRevocations(now: () => number = Date.now): AccessRev
       listeners.push(listener);
     },
     size: () => cutoffs.size,
+    exportState: () =>
+      [...cutoffs].map(([userId, c]) => ({ userId, inactive: c.inactive, second: c.second, forgetAfterMs: c.forgetAfterMs, families: [...c.families] })),
+    importState(state) {
+      for (const user of state) {
+        const { inactive, second, forgetAfterMs } = user;
+        cutoffs.set(user.userId, { inactive, second, forgetAfterMs, families: new Set(user.families) });
+      }
+      forgetExpired();
+    },
   };
 }
 
@@ -118,7 +142,16 @@ export function withAccessRevocations(tokens: Tokens, revocations: AccessRevocat
 
 export interface AccessRevocationFeed {
   readonly revocations: AccessRevocations;
+  /** The state with the position of the last event it reflects (for a start snapshot). */
+  exportState(): RevocationsSnapshot;
   stop(): Promise<void>;
+}
+
+/** The revocations at a log position: a start goes on from there. */
+export interface RevocationsSnapshot {
+  /** Formatted global position (null: before the first event). */
+  readonly position: string | null;
+  readonly state: RevocationsState;
 }
 
 const FEED_RETRY_MS = 1000;
@@ -127,11 +160,16 @@ const FEED_RETRY_MS = 1000;
  * Starts following deactivations. Resolves once the users that are inactive at the
  * projector's checkpoint P are known; the subscription then goes on from P, so nothing
  * between the read and the subscription is missed.
+ *
+ * With `restored` (embedded mode, from a start snapshot taken at R <= P), what was tracked
+ * at R is known too — users reactivated within the token lifetime among them, which the
+ * read model cannot tell — and the subscription goes on from R instead.
  */
 export async function startAccessRevocationFeed(deps: {
   readonly eventStore: EventStore;
   readonly readStore: ReadStore;
   readonly logger: Logger;
+  readonly restored?: RevocationsSnapshot;
 }): Promise<AccessRevocationFeed> {
   const { eventStore, readStore, logger } = deps;
   const revocations = createAccessRevocations();
@@ -139,10 +177,12 @@ export async function startAccessRevocationFeed(deps: {
   let subscription: Subscription | null = null;
 
   const checkpoint = await readStore.getCheckpoint(CHECKPOINT_NAME);
+  if (deps.restored !== undefined) revocations.importState(deps.restored.state);
   const inactive = await readStore.collection<UserDoc>(USERS_COLLECTION).find({ where: { isActive: false } });
   for (const user of inactive) revocations.markInactive(user.id, Date.parse(user.updatedAt));
 
-  let from = checkpoint === null ? null : parsePosition(checkpoint);
+  const start = deps.restored !== undefined ? deps.restored.position : checkpoint;
+  let from = start === null ? null : parsePosition(start);
   const loop = (async () => {
     while (!stopped) {
       const current = eventStore.subscribe({
@@ -166,6 +206,7 @@ export async function startAccessRevocationFeed(deps: {
 
   return {
     revocations,
+    exportState: () => ({ position: from === null ? null : formatPosition(from), state: revocations.exportState() }),
     async stop() {
       stopped = true;
       await subscription?.close().catch(() => undefined);

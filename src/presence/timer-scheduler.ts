@@ -101,7 +101,16 @@ class DueHeap {
   }
 }
 
-export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}): ExpiryScheduler {
+/** The in-process scheduler, which can also say what it holds. */
+export interface TimerExpiryScheduler extends ExpiryScheduler {
+  /**
+   * Every job with its due time (epoch ms), by key. These are not kept in a start snapshot:
+   * the expiry role derives them from the devices read model, which the snapshot restores.
+   */
+  deadlines(): ReadonlyMap<string, number>;
+}
+
+export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}): TimerExpiryScheduler {
   const timers = options.timers ?? realTimers;
   const concurrency = options.concurrency ?? 64;
   const jobs = new Map<string, Job>();
@@ -211,6 +220,7 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
     async size() {
       return jobs.size;
     },
+    deadlines: () => new Map([...jobs].map(([key, job]) => [key, job.at])),
     async close() {
       closed = true;
       disarm();

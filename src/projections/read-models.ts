@@ -21,7 +21,7 @@ import {
   type GenerationRecord,
   type GenerationRegistry,
 } from '../infra/readstore/generations';
-import { createMemoryReadStore } from '../infra/readstore/memory';
+import { createMemoryReadStore, type MemoryReadStore, type MemoryStoreState } from '../infra/readstore/memory';
 import { createMongoReadStore } from '../infra/readstore/mongo';
 import type { ReadCollection, ReadDoc, ReadStore } from '../infra/readstore/port';
 import type { Projection } from './projection';
@@ -510,18 +510,38 @@ export async function openReadModels(options: ReadModelsOptions): Promise<ReadMo
   };
 }
 
-/** Embedded mode: each generation is a memory store; the switch is immediate (one process). */
-export async function openMemoryReadModels(eventStore: EventStore): Promise<ReadModels> {
-  return openReadModels({
+/** Embedded mode's read models, with what a start snapshot takes of them. */
+export interface MemoryReadModels extends ReadModels {
+  /** The documents and checkpoint of the generation served now (src/runtime/snapshot.ts). */
+  exportServed(): MemoryStoreState | null;
+}
+
+/**
+ * Embedded mode: each generation is a memory store; the switch is immediate (one process).
+ * `initial` (a start snapshot) fills the first generation, whose projector then goes on
+ * from the snapshot's checkpoint; a rebuild always starts from an empty store.
+ */
+export async function openMemoryReadModels(eventStore: EventStore, initial?: MemoryStoreState): Promise<MemoryReadModels> {
+  const opened = new Map<number, MemoryReadStore>();
+  const readModels = await openReadModels({
     eventStore,
     registry: createMemoryGenerationRegistry(),
-    openStore: async () => createMemoryReadStore(),
+    openStore: async (generation) => {
+      const store = createMemoryReadStore(generation === 0 ? initial : undefined);
+      opened.set(generation, store);
+      const close = async (): Promise<void> => {
+        opened.delete(generation);
+        await store.close();
+      };
+      return { ...store, close };
+    },
     staging: 'direct',
     graceMs: 0,
     pollMs: 20,
     retireDelayMs: 0,
     isProjectorRunning: async () => false,
   });
+  return { ...readModels, exportServed: () => opened.get(readModels.generation())?.exportState() ?? null };
 }
 
 export interface MongoReadModelsOptions {

@@ -12,6 +12,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
 import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
 import { resolveEmbeddedSecrets } from '../secrets';
+import { loadStartSnapshot, snapshotFile, snapshotVersion, type StartSnapshot } from './snapshot';
 
 /**
  * The one place that picks adapters from the configuration: the embedded log, memory read
@@ -29,6 +30,8 @@ export interface Infrastructure {
   readonly redis: Redis | null;
   /** Password hashes: not events, not a read model (never rebuilt). */
   readonly credentials: CredentialStore;
+  /** Embedded mode: the start snapshot restored (if any) and how to take a new one. Distributed: null. */
+  readonly snapshot: StartSnapshot | null;
   readonly close: () => Promise<void>;
 }
 
@@ -42,7 +45,9 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
       logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
     }
     const eventStore = instrumentEventStore(await openEmbeddedEventStore(config.dataDir), appends);
-    const readModels = await openMemoryReadModels(eventStore);
+    const snapshotAt = snapshotFile(config.dataDir);
+    const restored = await loadStartSnapshot(snapshotAt, snapshotVersion(config.version), eventStore, logger);
+    const readModels = await openMemoryReadModels(eventStore, restored?.readModels);
     const readStore = readModels.readStore;
     const watermark = createLocalWatermark();
     const credentials = await openFileCredentialStore(config.dataDir);
@@ -54,6 +59,7 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
       secrets,
       redis: null,
       credentials,
+      snapshot: { file: snapshotAt, restored, exportReadModels: () => readModels.exportServed() },
       close: async () => {
         await watermark.close();
         await readStore.close();
@@ -84,6 +90,7 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     secrets: config.secrets,
     redis,
     credentials,
+    snapshot: null,
     close: async () => {
       await watermark.close();
       await readStore.close();

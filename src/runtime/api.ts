@@ -5,7 +5,7 @@ import type { Metrics } from '../metrics';
 import { createApp } from '../api/app';
 import type { ReadinessReport } from '../api/routes/health';
 import { rateLimit } from '../api/rate-limit';
-import { startAccessRevocationFeed, withAccessRevocations } from '../auth/access-revocations';
+import { startAccessRevocationFeed, withAccessRevocations, type RevocationsSnapshot } from '../auth/access-revocations';
 import { createApiKeyMatcher } from '../auth/api-keys';
 import { createPasswordHasher } from '../auth/passwords';
 import { createTokens } from '../auth/tokens';
@@ -34,6 +34,8 @@ export interface ApiRole {
   /** Before the HTTP drain: tunnel transports. After it: the mail still to send. */
   readonly stopBeforeHttp: readonly ShutdownStep[];
   readonly stopAfterHttp: readonly ShutdownStep[];
+  /** The access revocations with their position, for a start snapshot (embedded mode). */
+  readonly exportRevocations: () => RevocationsSnapshot;
 }
 
 export interface ApiRoleDeps {
@@ -56,7 +58,13 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     ...settle,
     revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
   });
-  const revocations = await startAccessRevocationFeed({ eventStore: infra.eventStore, readStore: infra.readStore, logger });
+  const restored = infra.snapshot?.restored?.revocations ?? undefined;
+  const revocations = await startAccessRevocationFeed({
+    eventStore: infra.eventStore,
+    readStore: infra.readStore,
+    logger,
+    ...(restored !== undefined ? { restored } : {}),
+  });
   const tokens = withAccessRevocations(createTokens(infra.secrets), revocations.revocations);
   const devices = createDeviceCommands({
     eventStore: infra.eventStore,
@@ -138,6 +146,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
 
   return {
     server,
+    exportRevocations: () => revocations.exportState(),
     stopBeforeHttp: [{ name: 'tunnel', run: () => tunnel.close() }],
     stopAfterHttp: [
       { name: 'revocations', run: () => revocations.stop() },

@@ -14,12 +14,42 @@ import type { FieldFilter, Query, ReadCollection, ReadDoc, ReadStore, Scalar, So
  * Documents are deep-copied and frozen on `put`; reads hand out the frozen stored objects,
  * so no copy is made per query and callers cannot change stored state.
  */
-export function createMemoryReadStore(): ReadStore {
+/**
+ * What a memory store holds, as plain values: every document with its guard, per
+ * collection, and the checkpoints. Indexes are not part of it: projections declare them
+ * again at start, and an index is built over the documents already there.
+ */
+export interface MemoryStoreState {
+  readonly checkpoints: Readonly<Record<string, string>>;
+  readonly collections: Readonly<Record<string, ReadonlyArray<{ readonly doc: ReadDoc; readonly guard: string }>>>;
+}
+
+/** The memory read store, with the hooks a start snapshot uses (src/runtime/snapshot.ts). */
+export interface MemoryReadStore extends ReadStore {
+  /** Everything stored now, in one synchronous step (the documents are frozen, so they are shared, not copied). */
+  exportState(): MemoryStoreState;
+}
+
+export function createMemoryReadStore(initial?: MemoryStoreState): MemoryReadStore {
   const collections = new Map<string, MemoryCollection>();
   const checkpoints = new Map<string, string>();
   let closed = false;
+  if (initial !== undefined) {
+    for (const [name, value] of Object.entries(initial.checkpoints)) checkpoints.set(name, value);
+    for (const [name, entries] of Object.entries(initial.collections)) {
+      assertName(name, 'collection name');
+      const collection = new MemoryCollection();
+      collection.restore(entries);
+      collections.set(name, collection);
+    }
+  }
 
   return {
+    exportState() {
+      const exported: Record<string, ReadonlyArray<{ readonly doc: ReadDoc; readonly guard: string }>> = {};
+      for (const [name, collection] of collections) exported[name] = collection.exportEntries();
+      return { checkpoints: Object.fromEntries(checkpoints), collections: exported };
+    },
     collection<T extends ReadDoc>(name: string): ReadCollection<T> {
       assertName(name, 'collection name');
       let collection = collections.get(name);
@@ -136,6 +166,22 @@ class MemoryCollection implements ReadCollection<Stored> {
     }
     for (const { doc, guard } of entries) {
       if (!(await this.put(doc, guard))) throw new Error(`load: a document with id "${doc.id}" already exists`);
+    }
+  }
+
+  exportEntries(): Array<{ readonly doc: Stored; readonly guard: string }> {
+    return [...this.entries.values()];
+  }
+
+  /** Fills an empty collection, before any index is declared (a start from a snapshot). */
+  restore(entries: ReadonlyArray<{ readonly doc: ReadDoc; readonly guard: string }>): void {
+    if (this.entries.size > 0 || this.equalityIndexes.size > 0 || this.uniqueIndexes.size > 0) throw new Error('restore: the collection is not empty');
+    for (const { doc, guard } of entries) {
+      if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new TypeError('document must be an object');
+      assertId(doc.id, 'document id');
+      assertGuard(guard);
+      if (this.entries.has(doc.id)) throw new Error(`restore: document id "${doc.id}" appears twice`);
+      this.entries.set(doc.id, { doc: frozenCopy(doc, 'document') as Stored, guard });
     }
   }
 

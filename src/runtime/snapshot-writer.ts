@@ -1,0 +1,114 @@
+import type { RevocationsSnapshot } from '../auth/access-revocations';
+import type { EmbeddedConfig } from '../config';
+import type { Logger } from '../logger';
+import { snapshotVersion, writeStartSnapshot, type SnapshotBody, type StartSnapshot } from './snapshot';
+
+/**
+ * Writes start snapshots (src/runtime/snapshot.ts) while the service runs: once `everyEvents`
+ * events were appended since the last one, or every `intervalMs` when anything was appended
+ * at all, and a last time at shutdown (after the projector has stopped, so the snapshot
+ * covers everything applied). One write at a time; a snapshot that would cover exactly what
+ * the previous one did is not written again.
+ */
+
+export interface SnapshotWriter {
+  /** Told of every append (the event store's append observer): counts towards `everyEvents`. */
+  appended(count: number): void;
+  /** Writes now if anything changed since the last snapshot (after a write in progress). */
+  write(): Promise<void>;
+  /** Stops the periodic writes (a write in progress finishes). */
+  stop(): Promise<void>;
+}
+
+export interface SnapshotWriterOptions {
+  readonly file: string;
+  readonly version: string;
+  readonly logger: Logger;
+  readonly everyEvents: number;
+  readonly intervalMs: number;
+  /** The state to save, taken in one synchronous step; null when there is nothing to save. */
+  readonly collect: () => SnapshotBody | null;
+  /** The body the start was restored from, if any (nothing to write until the state moves on). */
+  readonly restored: SnapshotBody | null;
+}
+
+/** Two bodies cover the same events when their positions are the same. */
+function coverage(body: SnapshotBody): string {
+  return `${body.readModels.checkpoints.projector ?? ''}|${body.revocations?.position ?? ''}`;
+}
+
+export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWriter {
+  const { logger } = options;
+  let lastCoverage = options.restored === null ? null : coverage(options.restored);
+  let sinceLast = 0;
+  let chain: Promise<void> = Promise.resolve();
+  let pending = false;
+  let stopped = false;
+
+  const writeOnce = async (): Promise<void> => {
+    const body = options.collect();
+    if (body === null || coverage(body) === lastCoverage) return;
+    const events = sinceLast;
+    sinceLast = 0;
+    const started = Date.now();
+    try {
+      const bytes = await writeStartSnapshot(options.file, options.version, body);
+      lastCoverage = coverage(body);
+      logger.info({ position: body.readModels.checkpoints.projector ?? null, bytes, events, ms: Date.now() - started }, 'start snapshot written');
+    } catch (error) {
+      sinceLast += events;
+      logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'start snapshot: write failed (the next start may replay more)');
+    }
+  };
+
+  const write = (): Promise<void> => {
+    chain = chain.then(writeOnce);
+    return chain;
+  };
+
+  /** A periodic write, unless one is already waiting to run. */
+  const writeSoon = (): void => {
+    if (pending || stopped) return;
+    pending = true;
+    void write().finally(() => (pending = false));
+  };
+
+  const timer = setInterval(() => {
+    if (sinceLast > 0) writeSoon();
+  }, options.intervalMs);
+  timer.unref();
+
+  return {
+    appended(count) {
+      sinceLast += count;
+      if (sinceLast >= options.everyEvents) writeSoon();
+    },
+    write,
+    async stop() {
+      stopped = true;
+      clearInterval(timer);
+      await chain;
+    },
+  };
+}
+
+/** The writer of a running embedded service: periodic snapshots of its read models and revocations. */
+export function startEmbeddedSnapshots(
+  config: EmbeddedConfig,
+  snapshot: StartSnapshot,
+  logger: Logger,
+  revocations: () => RevocationsSnapshot | null,
+): SnapshotWriter {
+  return startSnapshotWriter({
+    file: snapshot.file,
+    version: snapshotVersion(config.version),
+    logger,
+    everyEvents: config.snapshotEveryEvents,
+    intervalMs: config.snapshotIntervalSeconds * 1000,
+    restored: snapshot.restored,
+    collect: () => {
+      const readModels = snapshot.exportReadModels();
+      return readModels === null ? null : { readModels, revocations: revocations() };
+    },
+  });
+}

@@ -1,0 +1,58 @@
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { readSnapshotFile } from '../../src/infra/snapshot/file';
+import { createLogger } from '../../src/logger';
+import type { SnapshotBody } from '../../src/runtime/snapshot';
+import { startSnapshotWriter } from '../../src/runtime/snapshot-writer';
+
+/**
+ * The snapshot writer (src/runtime/snapshot-writer.ts): a write once enough events were
+ * appended, none while what a snapshot would cover has not moved, and the position in the
+ * header is the read models' checkpoint. Counted, not timed: the interval is an hour.
+ */
+
+const bodyAt = (position: number): SnapshotBody => ({
+  readModels: { checkpoints: { projector: `${position}/${position}` }, collections: { users: [] } },
+  revocations: { position: `${position}/${position}`, state: [] },
+});
+
+let dir: string;
+beforeEach(() => (dir = mkdtempSync(join(tmpdir(), 'hhc-snapwriter-'))));
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+test('writes after everyEvents appends, and only when the state moved on', async () => {
+  const file = join(dir, 'read-models.snapshot');
+  let position = 100;
+  let collected = 0;
+  const writer = startSnapshotWriter({
+    file,
+    version: 'v',
+    logger: createLogger('silent'),
+    everyEvents: 10,
+    intervalMs: 3_600_000,
+    restored: bodyAt(100),
+    collect: () => {
+      collected++;
+      return bodyAt(position);
+    },
+  });
+
+  writer.appended(9);
+  await writer.write(); // the restored state: nothing new to write
+  expect(existsSync(file)).toBe(false);
+
+  position = 150;
+  writer.appended(1); // the tenth event since the start: a write
+  await writer.write(); // waits for it (and finds nothing more to write)
+  const read = await readSnapshotFile(file);
+  expect(read).toMatchObject({ kind: 'ok', header: { version: 'v', position: '150/150' }, body: bodyAt(150) });
+  expect(collected).toBe(3);
+
+  writer.appended(5);
+  position = 160;
+  await writer.stop();
+  writer.appended(100); // stopped: no more periodic writes
+  await writer.write(); // the shutdown write still writes what moved on
+  expect(await readSnapshotFile(file)).toMatchObject({ kind: 'ok', header: { position: '160/160' } });
+});

@@ -39,8 +39,9 @@ const USAGE = `Usage: npm run replay -- <command>
   rebuild
       Rebuilds every read model from the event store into a fresh generation and switches
       to it once it has caught up (distributed). Embedded: read models live in the memory of
-      the service and are rebuilt at every start; on a stopped DATA_DIR this replays the log
-      into memory and reports what it built; a running embedded service is rebuilt with
+      the service and are rebuilt at every start (from its start snapshot and the events
+      after it); on a stopped DATA_DIR this replays the whole log into memory, ignoring the
+      snapshot, and reports what it built; a running embedded service is rebuilt with
       POST /api/v1/admin/read-models/rebuild.
 
 <device> is the device uuid, or the internal id of a device that is not deleted.
@@ -178,7 +179,7 @@ async function run(argv: readonly string[]): Promise<void> {
         const report = await readModels.rebuild(allProjections());
         await readModels.close();
         process.stderr.write(
-          'Embedded mode: read models live in the memory of the service and are rebuilt at every start; ' +
+          'Embedded mode: read models live in the memory of the service and are rebuilt at every start (from its snapshot and the events after it); ' +
             'this replayed the log into memory to check it. Nothing was switched.\n',
         );
         print(report);

@@ -10,9 +10,12 @@ import { allProjections } from '../../src/projections';
 import { startProjector } from '../../src/projections/projector';
 import { startExpiryRole } from '../../src/presence/expiry-role';
 import { createTimerExpiryScheduler } from '../../src/presence/timer-scheduler';
-import { SNAPSHOT_FILE_NAME } from '../../src/runtime/snapshot';
+import type { ReadDoc } from '../../src/infra/readstore/port';
+import { readSnapshotFile } from '../../src/infra/snapshot/file';
+import { SNAPSHOT_FILE_NAME, snapshotVersion, writeStartSnapshot, type SnapshotBody } from '../../src/runtime/snapshot';
 import { api, CRM_KEY, createUser, startTestService, type TestService } from '../support/harness';
 import { ManualTimers } from '../support/manual-timers';
+import { runReplay } from '../support/replay';
 import { snapshotReadModels, type Snapshot } from '../support/snapshot';
 
 /**
@@ -286,6 +289,38 @@ describe('embedded start snapshots', () => {
     expect(res.status).toBe(200);
     expect((res.body as { generation: number }).generation).toBe(1);
     expect(await snapshotReadModels(service.readStore)).toEqual(before);
+    await stop(service);
+  });
+
+  it('the rebuild endpoint and `npm run replay -- rebuild` never read the snapshot: a forged one is rebuilt away', async () => {
+    const dir = dataDir();
+    const first = await start(dir);
+    await workload(first, 2);
+    const admin = await createUser(first, { role: 'admin' });
+    await stop(first);
+    const reference = (await fullReplayState(dir)).readModels;
+    // A well-formed snapshot (right version, checksum and position) holding a user the log never had.
+    const file = join(dir, SNAPSHOT_FILE_NAME);
+    const read = await readSnapshotFile(file);
+    if (read.kind !== 'ok') throw new Error(`no snapshot: ${read.kind}`);
+    const body = read.body as SnapshotBody;
+    const users = body.readModels.collections.users ?? [];
+    const forgedUser = { doc: { ...(users[0]?.doc as ReadDoc), id: 'forged-user', email: 'forged@example.com' }, guard: users[0]?.guard ?? '' };
+    const forged: SnapshotBody = { ...body, readModels: { ...body.readModels, collections: { ...body.readModels.collections, users: [...users, forgedUser] } } };
+    await writeStartSnapshot(file, snapshotVersion('dev'), forged);
+
+    const cli = await runReplay({ DATA_DIR: dir }, ['rebuild']);
+    expect(cli.code).toBe(0);
+    expect((JSON.parse(cli.stdout) as { collections: Record<string, number> }).collections.users).toBe(reference.users?.length);
+
+    const service = await start(dir);
+    expect(service.logs()).toContain('start snapshot: loaded');
+    // The start trusts its cache…
+    expect(await service.readStore.collection('users').get('forged-user')).not.toBeNull();
+    // …a rebuild goes back to the log.
+    expect((await api(service, 'POST', '/admin/read-models/rebuild', { token: admin.accessToken })).status).toBe(200);
+    expect(await service.readStore.collection('users').get('forged-user')).toBeNull();
+    expect(await snapshotReadModels(service.readStore)).toEqual(reference);
     await stop(service);
   });
 });

@@ -181,6 +181,8 @@ export async function startAccessRevocationFeed(deps: {
   const inactive = await readStore.collection<UserDoc>(USERS_COLLECTION).find({ where: { isActive: false } });
   for (const user of inactive) revocations.markInactive(user.id, Date.parse(user.updatedAt));
 
+  let markCaughtUp: () => void = () => undefined;
+  const caughtUp = new Promise<void>((resolve) => (markCaughtUp = resolve));
   const start = deps.restored !== undefined ? deps.restored.position : checkpoint;
   let from = start === null ? null : parsePosition(start);
   const loop = (async () => {
@@ -192,7 +194,10 @@ export async function startAccessRevocationFeed(deps: {
       subscription = current;
       try {
         for await (const item of current) {
-          if (item.kind !== 'event') continue;
+          if (item.kind !== 'event') {
+            markCaughtUp();
+            continue;
+          }
           from = item.event.position;
           revocations.apply(item.event);
         }
@@ -203,6 +208,8 @@ export async function startAccessRevocationFeed(deps: {
       if (!stopped) await new Promise((resolve) => setTimeout(resolve, FEED_RETRY_MS).unref());
     }
   })();
+  // From a snapshot, what happened since R may reactivate a user the snapshot has as inactive: known before the API opens.
+  if (deps.restored !== undefined) await caughtUp;
 
   return {
     revocations,

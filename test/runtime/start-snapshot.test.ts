@@ -141,6 +141,8 @@ describe('embedded start snapshots', () => {
   it('a start from the snapshot, with events written after it, equals a start that replays the whole log', async () => {
     const dir = dataDir();
     const first = await start(dir);
+    const comeback = await customer(first);
+    await sync(first, comeback, false);
     const { owner } = await workload(first, 3);
     const deactivated = await customer(first);
     const oldToken = first.tokens.signAccess({ sub: deactivated.id, email: deactivated.email, role: 'user' });
@@ -160,6 +162,7 @@ describe('embedded start snapshots', () => {
     const laterUser = await customer(second);
     const laterToken = second.tokens.signAccess({ sub: laterUser.id, email: laterUser.email, role: 'user' });
     await sync(second, laterUser, false);
+    await sync(second, comeback, true);
     await stop(second);
     writeFileSync(file, early);
 
@@ -172,6 +175,9 @@ describe('embedded start snapshots', () => {
     expect(await status(fromSnapshot, laterToken)).toBe(REVOKED);
     expect(await status(fromSnapshot, reactivatedOldToken)).toBe(REVOKED);
     expect(await status(fromSnapshot, owner.accessToken)).toBe(200);
+    // Inactive in the snapshot, reactivated after it: a token issued now works.
+    const comebackToken = fromSnapshot.tokens.signAccess({ sub: comeback.id, email: comeback.email, role: 'user' });
+    expect(await status(fromSnapshot, comebackToken)).toBe(200);
     await stop(fromSnapshot);
 
     const replayed = await fullReplayState(dir);

@@ -1,20 +1,6 @@
 import type { FieldFilter, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
 
 /**
- * Embedded mode's read store. Follows MongoDB's query semantics so both adapters answer
- * alike (the contract suite in test/contract checks it):
- * - strings compare by code point (MongoDB's binary order, e.g. 'B' < 'a'), so ISO
- *   timestamps compare as strings; numbers numerically; a range only matches values of its
- *   bound's type (a numeric range never matches a string, and never null or an absent field);
- * - equality with null matches null and absent fields; an array field matches when one of
- *   its elements does;
- * - sort: null and absent first in ascending order, then numbers, strings, objects, arrays,
- *   booleans; ties broken by `id` ascending.
- *
- * Documents are deep-copied and frozen on `put`; reads hand out the frozen stored objects,
- * so no copy is made per query and callers cannot change stored state.
- */
-/**
  * What a memory store holds, as plain values: every document with its guard, per
  * collection, and the checkpoints. Indexes are not part of it: projections declare them
  * again at start, and an index is built over the documents already there.
@@ -30,6 +16,20 @@ export interface MemoryReadStore extends ReadStore {
   exportState(): MemoryStoreState;
 }
 
+/**
+ * Embedded mode's read store. Follows MongoDB's query semantics so both adapters answer
+ * alike (the contract suite in test/contract checks it):
+ * - strings compare by code point (MongoDB's binary order, e.g. 'B' < 'a'), so ISO
+ *   timestamps compare as strings; numbers numerically; a range only matches values of its
+ *   bound's type (a numeric range never matches a string, and never null or an absent field);
+ * - equality with null matches null and absent fields; an array field matches when one of
+ *   its elements does;
+ * - sort: null and absent first in ascending order, then numbers, strings, objects, arrays,
+ *   booleans; ties broken by `id` ascending.
+ *
+ * Documents are deep-copied and frozen on `put`; reads hand out the frozen stored objects,
+ * so no copy is made per query and callers cannot change stored state.
+ */
 export function createMemoryReadStore(initial?: MemoryStoreState): MemoryReadStore {
   const collections = new Map<string, MemoryCollection>();
   const checkpoints = new Map<string, string>();

@@ -12,7 +12,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
 import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
 import { resolveEmbeddedSecrets } from '../secrets';
-import { loadStartSnapshot, snapshotFile, snapshotVersion, type StartSnapshot } from './snapshot';
+import { loadStartSnapshot, restoredPosition, snapshotFile, snapshotVersion, type StartSnapshot } from './snapshot';
 
 /**
  * The one place that picks adapters from the configuration: the embedded log, memory read
@@ -50,6 +50,9 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     const readModels = await openMemoryReadModels(eventStore, restored?.readModels);
     const readStore = readModels.readStore;
     const watermark = createLocalWatermark();
+    // What the snapshot covers is applied: readiness and read-your-writes count from there, not from nothing.
+    const applied = restored === null ? null : restoredPosition(restored);
+    if (applied !== null) watermark.advance(applied);
     const credentials = await openFileCredentialStore(config.dataDir);
     return {
       eventStore,

@@ -1,7 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import type { RevocationsSnapshot } from '../auth/access-revocations';
-import { comparePositions, parsePosition, type EventStore } from '../infra/eventstore/port';
+import { comparePositions, parsePosition, type EventStore, type GlobalPosition } from '../infra/eventstore/port';
 import type { MemoryStoreState } from '../infra/readstore/memory';
 import { errnoCode, readSnapshotFile, temporaryFile, writeSnapshotFile, type SnapshotHeader } from '../infra/snapshot/file';
 import type { Logger } from '../logger';
@@ -57,6 +57,12 @@ export function snapshotVersion(appVersion: string): string {
 
 function positionOf(body: SnapshotBody): string | null {
   return body.readModels.checkpoints[CHECKPOINT_NAME] ?? null;
+}
+
+/** The log position up to which the restored read models have applied every event. */
+export function restoredPosition(body: SnapshotBody): GlobalPosition | null {
+  const position = positionOf(body);
+  return position === null ? null : parsePosition(position);
 }
 
 /** Whether every position the body holds is within the log (a snapshot ahead of its log belongs to another one). */

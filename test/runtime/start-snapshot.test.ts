@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createPresenceCommands } from '../../src/commands/presence';
 import { EVENT_LOG_FILE_NAME } from '../../src/infra/eventstore/embedded';
+import { formatPosition } from '../../src/infra/eventstore/port';
 import { createMemoryReadStore } from '../../src/infra/readstore/memory';
 import { createLogger } from '../../src/logger';
 import { allProjections } from '../../src/projections';
@@ -168,6 +169,11 @@ describe('embedded start snapshots', () => {
 
     const fromSnapshot = await start(dir);
     expect(fromSnapshot.logs()).toContain('start snapshot: loaded; applying the events after it');
+    // Only what came after the snapshot was applied, not the history before it.
+    const applied = Number(/"eventsApplied":(\d+),[^\n]*"msg":"projector caught up"/.exec(fromSnapshot.logs())?.[1]);
+    const total = await countEvents(fromSnapshot);
+    expect(applied).toBeGreaterThan(0);
+    expect(applied).toBeLessThan(total / 2);
     const restored = await startState(fromSnapshot);
     // Access revocations: the deactivated users (before and after the snapshot) are refused,
     // the reactivated user's tokens from before the deactivation too (kept by the snapshot).
@@ -250,14 +256,18 @@ describe('embedded start snapshots', () => {
     const dir = dataDir();
     const service = await start(dir);
     await workload(service, 2);
+    const head = await service.eventStore.headPosition();
     await stop(service);
     const file = join(dir, SNAPSHOT_FILE_NAME);
+    // The shutdown wrote the last one: it covers the whole log.
+    expect(await readSnapshotFile(file)).toMatchObject({ kind: 'ok', header: { position: head === null ? null : formatPosition(head) } });
     const good = readFileSync(file);
     writeFileSync(`${file}.tmp`, good.subarray(0, Math.floor(good.length / 2)));
 
     const next = await start(dir);
     expect(next.logs()).toContain('start snapshot: removed a snapshot write interrupted by a crash');
     expect(next.logs()).toContain('start snapshot: loaded');
+    expect(next.logs()).toMatch(/"eventsApplied":0,[^\n]*"msg":"projector caught up"/);
     const restored = await snapshotReadModels(next.readStore);
     // Nothing applied since the start, yet the projector counts as caught up: the snapshot's
     // position is applied (readiness fails once a head has been unapplied for 5 s).
@@ -359,4 +369,16 @@ async function until(done: () => boolean, timeoutMs = 20_000): Promise<void> {
     if (Date.now() > deadline) throw new Error('timed out');
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
+}
+
+/** Every event of the log (what a full replay applies). */
+async function countEvents(service: TestService): Promise<number> {
+  let count = 0;
+  const subscription = service.eventStore.subscribe();
+  for await (const item of subscription) {
+    if (item.kind === 'caught-up') break;
+    count++;
+  }
+  await subscription.close();
+  return count;
 }

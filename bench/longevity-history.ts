@@ -81,108 +81,128 @@ function appender(store: EventStore, random: () => number, counts: HistoryCounts
   return { append, flush };
 }
 
+/** What writing the history needs at every step. */
+interface Writer {
+  readonly random: () => number;
+  readonly counts: HistoryCounts;
+  readonly append: (stream: string, events: ReadonlyArray<{ type: string; data: unknown; at: number }>, actor: Actor) => Promise<void>;
+  readonly flush: () => Promise<void>;
+  readonly setClock: (ms: number) => void;
+}
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+/** Decides a device command on the hub's state, appends what it decided, and moves the state on. */
+async function decide(w: Writer, hub: Hub, command: DeviceCommand, actor: Actor, at: number): Promise<readonly DeviceEvent[]> {
+  const events = deviceDecider.decide(command, hub.state);
+  hub.state = events.reduce(deviceDecider.evolve, hub.state);
+  await w.append(deviceStream(hub.uuid), events.map((e) => ({ ...e, at })), actor);
+  return events;
+}
+
 export async function writeHistory(store: EventStore, options: HistoryOptions): Promise<HistoryCounts> {
   const random = mulberry32(16);
   const counts: HistoryCounts = { events: 0, heartbeats: 0, transitions: 0, renames: 0, logins: 0 };
-  const { append, flush } = appender(store, random, counts, options.setClock);
-  const iso = (ms: number): string => new Date(ms).toISOString();
-
-  const decide = async (hub: Hub, command: DeviceCommand, actor: Actor, at: number): Promise<readonly DeviceEvent[]> => {
-    const events = deviceDecider.decide(command, hub.state);
-    hub.state = events.reduce(deviceDecider.evolve, hub.state);
-    await append(deviceStream(hub.uuid), events.map((e) => ({ ...e, at })), actor);
-    return events;
-  };
-
+  const w: Writer = { random, counts, setClock: options.setClock, ...appender(store, random, counts, options.setClock) };
   const hubs: Hub[] = [];
-  for (let i = 0; i < options.hubs; i++) {
-    const at = options.start + i * 1000;
-    const owner = uuidFrom(random);
-    const synced = userDecider.decide(
-      { type: 'SyncCustomer', data: { userId: owner, syncId: 200_000 + i, email: `owner${i}@longevity.example`, firstName: 'Owner', lastName: `${i}`, active: true, now: iso(at) } },
-      userDecider.initialState(),
-    );
-    await append(userStream(owner), synced.map((e) => ({ ...e, at })), { type: 'crm', id: 'bench' });
-    const hub: Hub = { uuid: uuidFrom(random), owner, phaseMs: Math.floor(random() * HEARTBEAT_SECONDS * 1000), state: deviceDecider.initialState(), outage: null };
-    const asOwner: Actor = { type: 'user', id: owner };
-    await decide(
-      hub,
-      {
-        type: 'RegisterDevice',
-        data: { id: uuidFrom(random), uuid: hub.uuid, deviceId: `HUB-${i}`, name: `Hub ${i}`, ipAddress: '192.168.1.2', metadata: { fw: '1.0.0' }, actorUserId: owner, linkId: uuidFrom(random), ownedDeviceCount: 0, maxDevicesPerUser: 100, now: iso(at) },
-      },
-      asOwner,
-      at,
-    );
-    await flush();
-    options.setClock(at);
-    await store.setStreamMaxAge(heartbeatStream(hub.uuid), RETENTION_SECONDS);
-    await decide(hub, { type: 'IssueDeviceToken', data: { uuid: hub.uuid, actorUserId: owner, now: iso(at) } }, asOwner, at);
-    hubs.push(hub);
-  }
-
+  for (let i = 0; i < options.hubs; i++) hubs.push(await setUpHub(w, store, i, options.start + i * 1000));
   const hours = options.days * 24;
   for (let hour = 0; hour < hours; hour++) {
     const from = options.start + hour * HOUR_MS;
-    for (const hub of hubs) await hubHour(hub, from);
+    for (const hub of hubs) await hubHour(w, hub, from);
     options.onProgress?.(counts.events, hour + 1);
   }
-  await flush();
+  await w.flush();
   return counts;
+}
 
-  /** One hour of one hub: heartbeats, maybe an outage, a rename, a login. */
-  async function hubHour(hub: Hub, from: number): Promise<void> {
-    const asOwner: Actor = { type: 'user', id: hub.owner };
-    const asDevice: Actor = { type: 'device', id: hub.uuid };
-    if (hub.outage === null && random() < 1 / 24) {
-      const start = from + Math.floor(random() * HOUR_MS);
-      hub.outage = { from: start, until: start + OFFLINE_AFTER_MS + Math.floor(random() * 2 * HOUR_MS), markedOffline: false };
-    }
-    let beats: Array<{ type: string; data: unknown; at: number }> = [];
-    const flushBeats = async (): Promise<void> => {
-      await append(heartbeatStream(hub.uuid), beats, asDevice);
-      beats = [];
-    };
-    const first = from + ((hub.phaseMs - (from % (HEARTBEAT_SECONDS * 1000)) + HEARTBEAT_SECONDS * 1000) % (HEARTBEAT_SECONDS * 1000));
-    for (let at = first; at < from + HOUR_MS; at += HEARTBEAT_SECONDS * 1000) {
-      const outage = hub.outage;
-      if (outage !== null && at >= outage.from && at < outage.until) {
-        if (!outage.markedOffline && at >= outage.from + OFFLINE_AFTER_MS) {
-          // The expiry job: five minutes without a heartbeat.
-          await flushBeats();
-          const lastHeartbeatAt = hub.state.status === 'active' ? hub.state.lastSeenAt : null;
-          const events = await decide(hub, { type: 'MarkOffline', data: { uuid: hub.uuid, lastHeartbeatAt, offlineAfterSeconds: OFFLINE_AFTER_MS / 1000, now: iso(at) } }, { type: 'system', id: 'expiry' }, at);
-          counts.transitions += events.length;
-          outage.markedOffline = true;
-        }
-        continue;
-      }
-      if (outage !== null && at >= outage.until) hub.outage = null;
-      const ipAddress = random() < 1 / 5000 ? { ipAddress: `192.168.1.${2 + Math.floor(random() * 250)}` } : {};
-      const command: DeviceCommand = { type: 'RecordHeartbeat', data: { uuid: hub.uuid, tokenGen: hub.state.status === 'active' ? hub.state.gen : 0, now: iso(at), ...ipAddress } };
-      beats.push({ ...heartbeatReceived(command), at });
-      counts.heartbeats++;
-      if (hub.state.status === 'active' && (!hub.state.isOnline || 'ipAddress' in ipAddress)) {
-        // The heartbeat first, then what it changed (the order the service appends them in).
+/** The owner, the registered hub with its heartbeat retention, and its device token. */
+async function setUpHub(w: Writer, store: EventStore, i: number, at: number): Promise<Hub> {
+  const owner = uuidFrom(w.random);
+  const synced = userDecider.decide(
+    { type: 'SyncCustomer', data: { userId: owner, syncId: 200_000 + i, email: `owner${i}@longevity.example`, firstName: 'Owner', lastName: `${i}`, active: true, now: iso(at) } },
+    userDecider.initialState(),
+  );
+  await w.append(userStream(owner), synced.map((e) => ({ ...e, at })), { type: 'crm', id: 'bench' });
+  const hub: Hub = { uuid: uuidFrom(w.random), owner, phaseMs: Math.floor(w.random() * HEARTBEAT_SECONDS * 1000), state: deviceDecider.initialState(), outage: null };
+  const asOwner: Actor = { type: 'user', id: owner };
+  await decide(
+    w,
+    hub,
+    {
+      type: 'RegisterDevice',
+      data: { id: uuidFrom(w.random), uuid: hub.uuid, deviceId: `HUB-${i}`, name: `Hub ${i}`, ipAddress: '192.168.1.2', metadata: { fw: '1.0.0' }, actorUserId: owner, linkId: uuidFrom(w.random), ownedDeviceCount: 0, maxDevicesPerUser: 100, now: iso(at) },
+    },
+    asOwner,
+    at,
+  );
+  await w.flush();
+  w.setClock(at);
+  await store.setStreamMaxAge(heartbeatStream(hub.uuid), RETENTION_SECONDS);
+  await decide(w, hub, { type: 'IssueDeviceToken', data: { uuid: hub.uuid, actorUserId: owner, now: iso(at) } }, asOwner, at);
+  return hub;
+}
+
+/** One hour of one hub: heartbeats, maybe an outage, a rename, a login. */
+async function hubHour(w: Writer, hub: Hub, from: number): Promise<void> {
+  const { random, counts } = w;
+  const asDevice: Actor = { type: 'device', id: hub.uuid };
+  if (hub.outage === null && random() < 1 / 24) {
+    const start = from + Math.floor(random() * HOUR_MS);
+    hub.outage = { from: start, until: start + OFFLINE_AFTER_MS + Math.floor(random() * 2 * HOUR_MS), markedOffline: false };
+  }
+  let beats: Array<{ type: string; data: unknown; at: number }> = [];
+  const flushBeats = async (): Promise<void> => {
+    await w.append(heartbeatStream(hub.uuid), beats, asDevice);
+    beats = [];
+  };
+  const period = HEARTBEAT_SECONDS * 1000;
+  const first = from + ((hub.phaseMs - (from % period) + period) % period);
+  for (let at = first; at < from + HOUR_MS; at += period) {
+    const outage = hub.outage;
+    if (outage !== null && at >= outage.from && at < outage.until) {
+      if (!outage.markedOffline && at >= outage.from + OFFLINE_AFTER_MS) {
+        // The expiry job: five minutes without a heartbeat.
         await flushBeats();
-        counts.transitions += (await decide(hub, command, asDevice, at)).filter((e) => e.type === 'DeviceWentOnline').length;
+        const lastHeartbeatAt = hub.state.status === 'active' ? hub.state.lastSeenAt : null;
+        const command: DeviceCommand = { type: 'MarkOffline', data: { uuid: hub.uuid, lastHeartbeatAt, offlineAfterSeconds: OFFLINE_AFTER_MS / 1000, now: iso(at) } };
+        counts.transitions += (await decide(w, hub, command, { type: 'system', id: 'expiry' }, at)).length;
+        outage.markedOffline = true;
       }
+      continue;
     }
-    await flushBeats();
-    if (random() < 1 / 168) {
-      const at = from + HOUR_MS - 1000;
-      await decide(hub, { type: 'UpdateDevice', data: { uuid: hub.uuid, actorUserId: hub.owner, changes: { name: `Hub ${hub.uuid.slice(0, 4)} ${counts.renames}` }, now: iso(at) } }, asOwner, at);
-      counts.renames++;
+    if (outage !== null && at >= outage.until) hub.outage = null;
+    const ipAddress = random() < 1 / 5000 ? { ipAddress: `192.168.1.${2 + Math.floor(random() * 250)}` } : {};
+    const command: DeviceCommand = { type: 'RecordHeartbeat', data: { uuid: hub.uuid, tokenGen: hub.state.status === 'active' ? hub.state.gen : 0, now: iso(at), ...ipAddress } };
+    beats.push({ ...heartbeatReceived(command), at });
+    counts.heartbeats++;
+    if (hub.state.status === 'active' && (!hub.state.isOnline || 'ipAddress' in ipAddress)) {
+      // The heartbeat first, then what it changed (the order the service appends them in).
+      await flushBeats();
+      counts.transitions += (await decide(w, hub, command, asDevice, at)).filter((e) => e.type === 'DeviceWentOnline').length;
     }
-    if (random() < 1 / 24) {
-      const at = from + HOUR_MS - 500;
-      const familyId = uuidFrom(random);
-      const issued = sessionDecider.decide(
-        { type: 'IssueRefresh', data: { familyId, jti: uuidFrom(random), userId: hub.owner, now: iso(at), ip: '192.168.1.10', userAgent: 'HomeHub/2.0' } },
-        sessionDecider.initialState(),
-      );
-      await append(sessionStream(familyId), issued.map((e) => ({ ...e, at })), asOwner);
-      counts.logins++;
-    }
+  }
+  await flushBeats();
+  await ownerActivity(w, hub, from);
+}
+
+/** About once a week a rename, about once a day a login of the owner. */
+async function ownerActivity(w: Writer, hub: Hub, from: number): Promise<void> {
+  const asOwner: Actor = { type: 'user', id: hub.owner };
+  if (w.random() < 1 / 168) {
+    const at = from + HOUR_MS - 1000;
+    const command: DeviceCommand = { type: 'UpdateDevice', data: { uuid: hub.uuid, actorUserId: hub.owner, changes: { name: `Hub ${hub.uuid.slice(0, 4)} ${w.counts.renames}` }, now: iso(at) } };
+    await decide(w, hub, command, asOwner, at);
+    w.counts.renames++;
+  }
+  if (w.random() < 1 / 24) {
+    const at = from + HOUR_MS - 500;
+    const familyId = uuidFrom(w.random);
+    const issued = sessionDecider.decide(
+      { type: 'IssueRefresh', data: { familyId, jti: uuidFrom(w.random), userId: hub.owner, now: iso(at), ip: '192.168.1.10', userAgent: 'HomeHub/2.0' } },
+      sessionDecider.initialState(),
+    );
+    await w.append(sessionStream(familyId), issued.map((e) => ({ ...e, at })), asOwner);
+    w.counts.logins++;
   }
 }

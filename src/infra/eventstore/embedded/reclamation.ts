@@ -1,0 +1,143 @@
+/**
+ * Retention on disk: heartbeats older than the $maxAge of their `heartbeat-<uuid>` stream
+ * are removed from sealed segments by compaction (compaction.ts), at open and then on a
+ * timer owned by the store, and on demand with reclaimExpired(). Appends go on meanwhile:
+ * they only ever touch the active segment, and swapping in a compacted segment is one
+ * synchronous step. Only heartbeat streams are reclaimed, never their newest event, and
+ * only what reads already hide (written before now − $maxAge).
+ */
+import * as fs from 'node:fs/promises';
+import { errorMessage } from './files';
+import { compactSegment, type CompactedSegment, type ReclaimRule } from './compaction';
+import type { LogIndex } from './log-index';
+import type { ResolvedOptions } from './options';
+import { Segment } from './segment';
+import { writeSegmentIndex } from './segment-index-file';
+import type { SegmentTable } from './segment-table';
+import { EmbeddedStoreCore } from './store';
+
+export const RECLAIMED_STREAM_PREFIX = 'heartbeat-';
+
+export interface ReclaimResult {
+  readonly segmentsCompacted: number;
+  readonly eventsReclaimed: number;
+  /** Bytes of all segment files before and after. */
+  readonly bytesBefore: number;
+  readonly bytesAfter: number;
+}
+
+/** What may be reclaimed now: per heartbeat stream with a $maxAge and more than one event. */
+export function reclaimRules(index: LogIndex, now: number): Map<string, ReclaimRule> {
+  const rules = new Map<string, ReclaimRule>();
+  for (const [name, maxAge] of index.maxAgeSeconds) {
+    if (!name.startsWith(RECLAIMED_STREAM_PREFIX)) continue;
+    const stream = index.streams.get(name);
+    if (stream === undefined || stream.durableCount < 2) continue;
+    rules.set(name, { cutoff: now - maxAge * 1000, newestRevision: stream.firstRevision + stream.durableCount - 1 });
+  }
+  return rules;
+}
+
+/** Whether a sealed segment holds an event that a rule reclaims (from the index alone). */
+function holdsReclaimable(index: LogIndex, segment: Segment, rules: ReadonlyMap<string, ReclaimRule>): boolean {
+  if (segment.lastPosition === null || segment.firstWrittenAt === null) return false;
+  for (const [name, rule] of rules) {
+    if (segment.firstWrittenAt >= rule.cutoff) continue;
+    const stream = index.streams.get(name);
+    if (stream === undefined) continue;
+    const lastReclaimable = stream.positions.at(rule.newestRevision - 1 - stream.firstRevision);
+    const position = stream.positions.at(stream.positions.lowerBound(segment.base));
+    if (lastReclaimable !== undefined && position !== undefined && position <= segment.lastPosition && position <= lastReclaimable) return true;
+  }
+  return false;
+}
+
+export class EmbeddedEventStore extends EmbeddedStoreCore {
+  private reclaiming: Promise<unknown> = Promise.resolve();
+  private stopping = false;
+  private readonly timers: NodeJS.Timeout[] = [];
+
+  constructor(
+    directory: string,
+    segments: Segment[],
+    index: LogIndex,
+    activeTable: SegmentTable,
+    options: ResolvedOptions,
+    private readonly releaseLock: () => Promise<void>,
+  ) {
+    super(directory, segments, index, activeTable, options);
+    if (options.reclaimIntervalMs > 0) {
+      this.timers.push(setTimeout(() => this.reclaimInBackground(), 0), setInterval(() => this.reclaimInBackground(), options.reclaimIntervalMs));
+      for (const timer of this.timers) timer.unref();
+    }
+  }
+
+  /** Reclaims expired heartbeats from disk now (runs one at a time with the timer's runs). */
+  reclaimExpired(): Promise<ReclaimResult> {
+    const run = this.reclaiming.then(() => this.reclaimOnce());
+    this.reclaiming = run.catch(() => undefined);
+    return run;
+  }
+
+  override async close(): Promise<void> {
+    if (this.stopping) return super.close();
+    this.stopping = true;
+    for (const timer of this.timers) clearInterval(timer);
+    await this.reclaiming;
+    await super.close();
+    await this.releaseLock();
+  }
+
+  private reclaimInBackground(): void {
+    if (this.stopping) return;
+    this.reclaimExpired().then(
+      (result) => {
+        if (result.segmentsCompacted > 0) {
+          this.options.log(
+            `Event log: reclaimed ${result.eventsReclaimed} expired heartbeats from ${result.segmentsCompacted} segments ` +
+              `(${result.bytesBefore} -> ${result.bytesAfter} bytes)`,
+          );
+        }
+      },
+      (error: unknown) => this.options.log(`Event log: reclaiming expired heartbeats failed: ${errorMessage(error)}`),
+    );
+  }
+
+  private totalBytes(): number {
+    return this.segments.reduce((sum, segment) => sum + segment.size, 0);
+  }
+
+  private async reclaimOnce(): Promise<ReclaimResult> {
+    const bytesBefore = this.totalBytes();
+    const rules = reclaimRules(this.index, this.now());
+    // Oldest first, so each stream always loses a prefix of its events.
+    const candidates = this.segments.slice(0, -1).filter((segment) => holdsReclaimable(this.index, segment, rules));
+    let segmentsCompacted = 0;
+    let eventsReclaimed = 0;
+    for (const segment of candidates) {
+      if (this.stopping && this.closing) break;
+      this.assertWritable();
+      const compacted = await compactSegment(segment, rules, this.options.compactionHook);
+      if (compacted === null) continue;
+      await this.swapIn(segment, compacted);
+      segmentsCompacted++;
+      eventsReclaimed += compacted.eventsReclaimed;
+    }
+    return { segmentsCompacted, eventsReclaimed, bytesBefore, bytesAfter: this.totalBytes() };
+  }
+
+  /** Step 5 of a compaction: readers move to the new file, the index forgets what was reclaimed. */
+  private async swapIn(old: Segment, compacted: CompactedSegment): Promise<void> {
+    const { table, header } = compacted;
+    const handle = await fs.open(old.file, 'r');
+    const locator = { positions: table.positions.subarray(0, table.count), fileOffsets: table.fileOffsets.subarray(0, table.count) };
+    const segment = new Segment(this.directory, header.base, header.generation, handle, table.coveredSize, locator);
+    segment.noteTable(table);
+    this.segments = this.segments.map((s) => (s === old ? segment : s));
+    for (const [streamName, revision] of compacted.reclaimedThrough) this.index.reclaimThrough(streamName, revision);
+    this.recent.forgetRange(old.base, old.base + old.size);
+    await old.retire();
+    await writeSegmentIndex(segment.file, header, table, true);
+    await this.options.compactionHook('index-written', segment.file);
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * Opening the log: find the segments, repair what a crash can leave behind, and build the
+ * index without reading the whole history.
+ *
+ * Sealed segments come from their index checkpoints (a missing or unusable one means a
+ * scan of that segment, said on stderr, and a new checkpoint). The active segment, at most
+ * a few MiB, is always scanned: that is where a crash leaves a torn tail to drop, and
+ * where damage to acknowledged data is caught before anything is appended after it. Left
+ * over temporary files of an interrupted compaction are removed: until its rename, the
+ * original segment is intact.
+ */
+import * as fs from 'node:fs/promises';
+import * as path from 'node:path';
+import { CorruptEventLogError } from './errors';
+import { errorCode, readFully, syncDirectory, writeFully } from './files';
+import { LogIndex } from './log-index';
+import { decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type SegmentHeader } from './record-format';
+import { Segment, segmentBaseOfName, segmentFileName } from './segment';
+import { loadSegmentIndex, writeSegmentIndex } from './segment-index-file';
+import { scanSegment } from './segment-scan';
+import { SegmentTable } from './segment-table';
+
+export interface TornTail {
+  /** Byte offset in the active segment file where the log now ends. */
+  readonly offset: number;
+  readonly droppedBytes: number;
+}
+
+export interface OpenedLog {
+  readonly segments: Segment[];
+  readonly index: LogIndex;
+  /** The table of the active (last) segment, which commits keep growing. */
+  readonly activeTable: SegmentTable;
+}
+
+export interface RecoveryOptions {
+  readonly onTornTail: (tail: TornTail) => void;
+  readonly log: (message: string) => void;
+}
+
+export const COMPACTION_SUFFIX = '.compact';
+
+/** Creates a segment file with its header, durably (the directory entry included). */
+export async function createSegmentFile(directory: string, header: SegmentHeader): Promise<fs.FileHandle> {
+  const handle = await fs.open(path.join(directory, segmentFileName(header.base)), 'wx+');
+  try {
+    await writeFully(handle, encodeSegmentHeader(header), 0);
+    await handle.datasync();
+    await syncDirectory(directory);
+    return handle;
+  } catch (error) {
+    await handle.close();
+    throw error;
+  }
+}
+
+async function listSegmentBases(directory: string, log: (message: string) => void): Promise<number[]> {
+  const bases: number[] = [];
+  for (const name of await fs.readdir(directory)) {
+    if (name.endsWith(COMPACTION_SUFFIX) || name.endsWith('.idx.tmp')) {
+      if (name.endsWith(COMPACTION_SUFFIX)) log(`Event log: removed ${name}, left by a compaction that did not finish (the segment itself is intact)`);
+      await fs.rm(path.join(directory, name), { force: true });
+      continue;
+    }
+    const base = segmentBaseOfName(name);
+    if (base !== null) bases.push(base);
+  }
+  return bases.sort((a, b) => a - b);
+}
+
+/** Reads (and for the active segment, finishes an interrupted creation of) a segment's header. */
+async function readHeader(handle: fs.FileHandle, file: string, base: number, active: boolean): Promise<{ header: SegmentHeader; size: number }> {
+  let size = (await handle.stat()).size;
+  if (size < SEGMENT_HEADER_SIZE) {
+    const existing = await readFully(handle, 0, size);
+    const fresh = encodeSegmentHeader({ base, generation: 0 });
+    if (!active || !existing.equals(fresh.subarray(0, size))) throw new CorruptEventLogError(file, 0, 'not an event log');
+    // Only the creation of the file was interrupted.
+    await handle.truncate(0);
+    await writeFully(handle, fresh, 0);
+    await handle.datasync();
+    size = SEGMENT_HEADER_SIZE;
+  }
+  const header = decodeSegmentHeader(await readFully(handle, 0, SEGMENT_HEADER_SIZE));
+  if (header === null) throw new CorruptEventLogError(file, 0, 'not an event log (unknown file header)');
+  if (header.base !== base) throw new CorruptEventLogError(file, 8, `its header names base ${header.base}, its file name ${base}`);
+  return { header, size };
+}
+
+async function sealedTable(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable> {
+  const loaded = await loadSegmentIndex(file, header, size);
+  if ('table' in loaded && loaded.table.coveredSize === size) return loaded.table;
+  const problem = 'table' in loaded ? 'it covers less than the segment' : loaded.problem;
+  log(`Event log: index checkpoint of ${path.basename(file)} not used (${problem}); scanning the segment`);
+  const table = new SegmentTable(SEGMENT_HEADER_SIZE);
+  await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: true }, table);
+  await writeSegmentIndex(file, header, table, header.generation > 0);
+  return table;
+}
+
+async function activeTable(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
+  const table = new SegmentTable(SEGMENT_HEADER_SIZE);
+  const { end } = await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: false }, table);
+  if (end < size) {
+    await handle.truncate(end);
+    await handle.datasync();
+    options.onTornTail({ offset: end, droppedBytes: size - end });
+  }
+  return { table, size: end };
+}
+
+async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions): Promise<{ segment: Segment; table: SegmentTable }> {
+  const file = path.join(directory, segmentFileName(base));
+  const handle = await fs.open(file, active ? 'r+' : 'r');
+  try {
+    const { header, size } = await readHeader(handle, file, base, active);
+    const opened = active ? await activeTable(handle, file, header, size, options) : { table: await sealedTable(handle, file, header, size, options.log), size };
+    const { table } = opened;
+    const locator = header.generation > 0 ? { positions: table.positions.subarray(0, table.count), fileOffsets: table.fileOffsets.subarray(0, table.count) } : null;
+    const segment = new Segment(directory, base, header.generation, handle, opened.size, locator);
+    segment.noteTable(table);
+    return { segment, table };
+  } catch (error) {
+    await handle.close();
+    throw error;
+  }
+}
+
+async function createFirstSegment(directory: string): Promise<void> {
+  try {
+    const handle = await createSegmentFile(directory, { base: 0, generation: 0 });
+    await handle.close();
+  } catch (error) {
+    if (errorCode(error) !== 'EEXIST') throw error;
+  }
+}
+
+export async function openLog(directory: string, options: RecoveryOptions): Promise<OpenedLog> {
+  let bases = await listSegmentBases(directory, options.log);
+  if (bases.length === 0) {
+    await createFirstSegment(directory);
+    bases = [0];
+  }
+  const segments: Segment[] = [];
+  const index = new LogIndex();
+  try {
+    let table: SegmentTable | null = null;
+    for (const [i, base] of bases.entries()) {
+      const opened = await openSegment(directory, base, i === bases.length - 1, options);
+      segments.push(opened.segment);
+      index.applyTable(opened.table, 0, opened.segment.file);
+      for (const change of opened.table.maxAgeChanges) index.applyMaxAge(change.target, change.maxAge);
+      table = opened.table;
+    }
+    return { segments, index, activeTable: table ?? new SegmentTable(SEGMENT_HEADER_SIZE) };
+  } catch (error) {
+    await Promise.all(segments.map((segment) => segment.handle.close()));
+    throw error;
+  }
+}

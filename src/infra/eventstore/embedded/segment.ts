@@ -1,0 +1,146 @@
+/**
+ * One segment file of the log and how to find records in it by global position.
+ *
+ * Records of a segment that was never compacted sit at `position - base` (positions were
+ * given out as base + file offset); a sampled list of record positions lets a scan start
+ * near any position. A compacted segment keeps an exact table from position to file
+ * offset. Reads are tracked so that a segment replaced by its compacted copy closes its
+ * file only after the reads already under way have finished.
+ */
+import * as fs from 'node:fs/promises';
+import * as path from 'node:path';
+import { readFully } from './files';
+import { SEGMENT_HEADER_SIZE } from './record-format';
+
+export const LEGACY_LOG_FILE_NAME = 'events.log';
+const SEGMENT_NAME = /^events-(\d{16})\.log$/;
+/** Every Nth record's position of an uncompacted segment is kept to seek near any position. */
+const SAMPLE_EVERY = 256;
+
+/** The first segment keeps the single-file name of earlier versions, so old logs open as they are. */
+export function segmentFileName(base: number): string {
+  return base === 0 ? LEGACY_LOG_FILE_NAME : `events-${String(base).padStart(16, '0')}.log`;
+}
+
+export function segmentBaseOfName(name: string): number | null {
+  if (name === LEGACY_LOG_FILE_NAME) return 0;
+  const match = SEGMENT_NAME.exec(name);
+  return match === null ? null : Number(match[1]);
+}
+
+interface CompactedLocator {
+  readonly positions: Float64Array;
+  readonly fileOffsets: Uint32Array;
+}
+
+export class Segment {
+  /** Bytes of complete, durable records (header included). */
+  size: number;
+  recordCount = 0;
+  lastPosition: number | null = null;
+  firstWrittenAt: number | null = null;
+  retired = false;
+  private readonly samples: number[] = [];
+  private readonly inFlight = new Set<Promise<Buffer>>();
+
+  constructor(
+    readonly directory: string,
+    readonly base: number,
+    readonly generation: number,
+    readonly handle: fs.FileHandle,
+    size: number,
+    private readonly compacted: CompactedLocator | null,
+  ) {
+    this.size = size;
+  }
+
+  get file(): string {
+    return path.join(this.directory, segmentFileName(this.base));
+  }
+
+  get isCompacted(): boolean {
+    return this.compacted !== null;
+  }
+
+  /** Notes a durable record (in file order). */
+  noteRecord(position: number, writtenAt: number): void {
+    if (this.compacted === null && this.recordCount % SAMPLE_EVERY === 0) this.samples.push(position);
+    this.recordCount++;
+    this.lastPosition = position;
+    this.firstWrittenAt ??= writtenAt;
+  }
+
+  /** Notes every record of a table at once (at open). */
+  noteTable(table: { readonly count: number; readonly positions: Float64Array; readonly firstWrittenAt: number | null }): void {
+    if (table.count === 0) return;
+    if (this.compacted === null) {
+      for (let i = this.recordCount === 0 ? 0 : SAMPLE_EVERY - (this.recordCount % SAMPLE_EVERY); i < table.count; i += SAMPLE_EVERY) {
+        this.samples.push(table.positions[i] ?? 0);
+      }
+    }
+    this.recordCount += table.count;
+    this.lastPosition = table.positions[table.count - 1] ?? null;
+    this.firstWrittenAt ??= table.firstWrittenAt;
+  }
+
+  /** Where the record at `position` starts, or null when the segment has no such record. */
+  fileOffsetOf(position: number): number | null {
+    if (this.compacted === null) {
+      const offset = position - this.base;
+      return offset >= SEGMENT_HEADER_SIZE && offset < this.size ? offset : null;
+    }
+    const i = lowerBound(this.compacted.positions, this.compacted.positions.length, position);
+    return this.compacted.positions[i] === position ? (this.compacted.fileOffsets[i] ?? null) : null;
+  }
+
+  /** A record boundary from which a scan meets every record whose position is above `after`. */
+  scanStart(after: number): number {
+    if (this.compacted !== null) {
+      const i = lowerBound(this.compacted.positions, this.compacted.positions.length, after + 1);
+      return i < this.compacted.positions.length ? (this.compacted.fileOffsets[i] ?? this.size) : this.size;
+    }
+    let low = 0;
+    let high = this.samples.length - 1;
+    let floor = this.base + SEGMENT_HEADER_SIZE;
+    while (low <= high) {
+      const middle = (low + high) >> 1;
+      const sample = this.samples[middle] ?? floor;
+      if (sample <= after) {
+        floor = sample;
+        low = middle + 1;
+      } else {
+        high = middle - 1;
+      }
+    }
+    return floor - this.base;
+  }
+
+  read(offset: number, length: number): Promise<Buffer> {
+    if (this.retired) return Promise.reject(new Error('segment was replaced'));
+    const read = readFully(this.handle, offset, length);
+    this.inFlight.add(read);
+    const forget = (): void => {
+      this.inFlight.delete(read);
+    };
+    read.then(forget, forget);
+    return read;
+  }
+
+  /** Closes the file once the reads under way have finished. */
+  async retire(): Promise<void> {
+    this.retired = true;
+    await Promise.allSettled([...this.inFlight]);
+    await this.handle.close();
+  }
+}
+
+function lowerBound(values: Float64Array, count: number, value: number): number {
+  let low = 0;
+  let high = count;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if ((values[middle] ?? 0) < value) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}

@@ -1,0 +1,453 @@
+/**
+ * The embedded store: appends with group commit into the active segment, reads by stream,
+ * catch-up subscriptions, and reclamation of expired heartbeats (see reclamation.ts).
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  WrongExpectedRevisionError,
+  type AppendResult,
+  type EventStore,
+  type ExpectedRevision,
+  type GlobalPosition,
+  type NewEvent,
+  type ReadStreamOptions,
+  type RecordedEvent,
+  type SubscribeOptions,
+  type Subscription,
+} from '../port';
+import { errorMessage, writeFully } from './files';
+import type { LogIndex, StreamIndex } from './log-index';
+import { decodeEvent, encodeRecord, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition, type RawRecord } from './record-format';
+import { readRecordAt, type ReadAt } from './record-cursor';
+import { createSegmentFile } from './recovery';
+import { RecentCommits } from './recent-commits';
+import { Segment } from './segment';
+import { writeSegmentIndex } from './segment-index-file';
+import { maxAgeChangeOf } from './segment-scan';
+import { SegmentTable } from './segment-table';
+import { LogSubscription, tail, type TailSource } from './subscription';
+import type { GroupCommit, ResolvedOptions } from './options';
+
+const STREAM_READ_BATCH = 32;
+
+interface ReservedRecord {
+  readonly revision: number;
+  readonly position: number;
+  readonly writtenAt: number;
+}
+
+interface PendingAppend {
+  readonly streamName: string;
+  /** Base of the segment the append was reserved in (a segment that may not exist yet). */
+  readonly base: number;
+  readonly fileOffset: number;
+  readonly bytes: Buffer;
+  readonly records: readonly ReservedRecord[];
+  readonly result: AppendResult;
+  readonly maxAgeChange: { readonly target: string; readonly maxAge: number | null } | null;
+  readonly resolve: (result: AppendResult) => void;
+  readonly reject: (error: Error) => void;
+}
+
+/** One append of historical events with the written-at time they get (see appendHistory). */
+export interface HistoricalAppend {
+  readonly streamName: string;
+  readonly events: readonly NewEvent[];
+  readonly writtenAt: number;
+}
+
+export function positionAt(position: number): GlobalPosition {
+  const value = BigInt(position);
+  return { commit: value, prepare: value };
+}
+
+export function toRecordedEvent(record: RawRecord): RecordedEvent {
+  const event = decodeEvent(record);
+  return {
+    id: event.id,
+    streamName: record.streamName,
+    revision: BigInt(record.revision),
+    position: positionAt(record.position),
+    type: event.type,
+    data: event.data,
+    metadata: event.metadata,
+  };
+}
+
+/** The revision the new events would get if the expectation holds, or null for "must not exist". */
+function expectedFirstRevision(expected: ExpectedRevision, currentCount: number): number | null {
+  switch (expected) {
+    case 'any':
+      return currentCount;
+    case 'no_stream':
+      return 0;
+    case 'stream_exists':
+      // Such an append cannot be told apart from a retry, so it has no idempotence check.
+      return currentCount > 0 ? currentCount : null;
+    default:
+      return Number(expected) + 1;
+  }
+}
+
+function revisionCount(stream: StreamIndex | undefined): number {
+  return stream === undefined ? 0 : stream.firstRevision + stream.positions.length;
+}
+
+export class EmbeddedStoreCore implements EventStore {
+  protected readonly now: () => number;
+  private reservedBase: number;
+  private reservedEnd: number;
+  private queue: PendingAppend[] = [];
+  private flushRunning = false;
+  private flushDone: Promise<void> = Promise.resolve();
+  protected failure: Error | null = null;
+  protected closing = false;
+  private changeWaiters: Array<() => void> = [];
+  private readonly sealing = new Set<Promise<void>>();
+  protected readonly recent = new RecentCommits();
+
+  constructor(
+    protected readonly directory: string,
+    protected segments: Segment[],
+    protected readonly index: LogIndex,
+    private activeTable: SegmentTable,
+    protected readonly options: ResolvedOptions,
+  ) {
+    this.now = options.now;
+    const active = this.active();
+    this.reservedBase = active.base;
+    this.reservedEnd = active.size;
+  }
+
+  protected active(): Segment {
+    return this.segments[this.segments.length - 1] as Segment;
+  }
+
+  // Everything up to the first await runs synchronously, so expectations are checked and
+  // positions reserved in call order even while earlier appends still wait for their fsync.
+  async append(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    return this.reserve(streamName, events, expected, this.now());
+  }
+
+  /**
+   * Appends events with chosen written-at times (what $maxAge and reclamation compare), in
+   * one go: for tools that write a long history, such as benchmarks. Times are clamped so
+   * that they never decrease along the log. Expectations are 'any'.
+   */
+  async appendHistory(appends: readonly HistoricalAppend[]): Promise<void> {
+    await Promise.all(appends.map((append) => this.reserve(append.streamName, append.events, 'any', append.writtenAt)));
+  }
+
+  private reserve(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision, now: number): Promise<AppendResult> {
+    this.assertWritable();
+    if (events.length === 0) throw new Error('An append needs at least one event');
+    const stream = this.index.streams.get(streamName);
+    const currentCount = revisionCount(stream);
+    const firstRevision = expectedFirstRevision(expected, currentCount);
+    if (firstRevision !== currentCount) return this.retriedAppendOrConflict(streamName, events, expected, currentCount, firstRevision);
+
+    const writtenAt = Math.max(now, this.index.lastWrittenAt);
+    const encoded = this.encodeAppend(streamName, events, currentCount, writtenAt);
+    this.index.lastWrittenAt = writtenAt;
+    const positions = this.index.stream(streamName).positions;
+    for (const record of encoded.records) positions.push(record.position);
+    const lastEvent = events[events.length - 1] as NewEvent;
+    return new Promise<AppendResult>((resolve, reject) => {
+      this.queue.push({
+        ...encoded,
+        streamName,
+        result: {
+          nextExpectedRevision: BigInt(currentCount + events.length - 1),
+          position: positionAt((encoded.records[encoded.records.length - 1] as ReservedRecord).position),
+        },
+        maxAgeChange: maxAgeChangeOf(streamName, lastEvent.type, lastEvent.data),
+        resolve,
+        reject,
+      });
+      this.scheduleFlush();
+    });
+  }
+
+  /** Encodes an append at the reserved end, first starting a new segment if the active one is full. */
+  private encodeAppend(streamName: string, events: readonly NewEvent[], firstRevision: number, writtenAt: number) {
+    const encoded = events.map((event, i) => {
+      const flags = i === events.length - 1 ? FLAG_END_OF_APPEND : 0;
+      return encodeRecord({ position: 0, flags, writtenAt, revision: firstRevision + i, streamName, event });
+    });
+    const total = encoded.reduce((sum, bytes) => sum + bytes.length, 0);
+    if (this.reservedEnd > SEGMENT_HEADER_SIZE && this.reservedEnd + total > this.options.segmentBytes) {
+      this.reservedBase += this.reservedEnd;
+      this.reservedEnd = SEGMENT_HEADER_SIZE;
+    }
+    const base = this.reservedBase;
+    const fileOffset = this.reservedEnd;
+    const records: ReservedRecord[] = [];
+    let at = fileOffset;
+    for (const [i, bytes] of encoded.entries()) {
+      setRecordPosition(bytes, base + at);
+      records.push({ revision: firstRevision + i, position: base + at, writtenAt });
+      at += bytes.length;
+    }
+    this.reservedEnd = at;
+    return { base, fileOffset, records, bytes: encoded.length === 1 ? (encoded[0] as Buffer) : Buffer.concat(encoded) };
+  }
+
+  readStream(streamName: string, options: ReadStreamOptions = {}): AsyncIterable<RecordedEvent> {
+    return this.streamEvents(streamName, options);
+  }
+
+  subscribe(options: SubscribeOptions = {}): Subscription {
+    const source: TailSource = {
+      segments: () => this.segments,
+      readerOf: (segment) => this.readerOf(segment),
+      checkHealthy: () => {
+        if (this.failure !== null) throw this.failure;
+      },
+      isClosing: () => this.closing,
+      waitForChange: () => this.waitForChange(),
+      toRecordedEvent,
+    };
+    return new LogSubscription((isClosed) => tail(source, options, isClosed), () => this.wakeWaiters());
+  }
+
+  async setStreamMaxAge(streamName: string, maxAgeSeconds: number): Promise<void> {
+    if (!Number.isFinite(maxAgeSeconds) || maxAgeSeconds <= 0) {
+      throw new Error(`maxAgeSeconds must be a positive number, got ${maxAgeSeconds}`);
+    }
+    const id = randomUUID();
+    const occurredAt = new Date(this.now()).toISOString();
+    const actor = { type: 'system', id: 'event-store' } as const;
+    const metadata = { occurredAt, actor, requestId: id, causationId: id, correlationId: id };
+    await this.append(`$$${streamName}`, [{ id, type: '$metadata', data: { $maxAge: maxAgeSeconds }, metadata }], 'any');
+  }
+
+  async headPosition(): Promise<GlobalPosition | null> {
+    // Only user events: a caller waiting for its subscription to reach the head must get
+    // there, and subscriptions never hand out system events.
+    const position = this.index.lastUserPosition;
+    return position === null ? null : positionAt(position);
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    while (this.flushRunning) await this.flushDone;
+    this.wakeWaiters();
+    await Promise.allSettled([...this.sealing]);
+    await Promise.all(this.segments.map((segment) => segment.retire()));
+  }
+
+  protected assertWritable(): void {
+    if (this.failure !== null) throw this.failure;
+    if (this.closing) throw new Error('The event store is closed');
+  }
+
+  /** The segment that holds `position` (the one with the greatest base at or below it). */
+  protected segmentOf(position: number): Segment | undefined {
+    const segments = this.segments;
+    let low = 0;
+    let high = segments.length - 1;
+    let found: Segment | undefined;
+    while (low <= high) {
+      const middle = (low + high) >> 1;
+      const segment = segments[middle] as Segment;
+      if (segment.base <= position) {
+        found = segment;
+        low = middle + 1;
+      } else {
+        high = middle - 1;
+      }
+    }
+    return found;
+  }
+
+  protected readerOf(segment: Segment): ReadAt {
+    if (segment.isCompacted) return (offset, length) => segment.read(offset, length);
+    return (offset, length) => this.recent.read(segment.base + offset, length, segment.base + segment.size) ?? segment.read(offset, length);
+  }
+
+  /** The durable record at `position`, or null when compaction reclaimed it. */
+  protected readRecord(position: number): Promise<RawRecord> | null {
+    const segment = this.segmentOf(position);
+    const offset = segment?.fileOffsetOf(position) ?? null;
+    if (segment === undefined || offset === null) return null;
+    return readRecordAt(this.readerOf(segment), segment.base, offset, segment.size);
+  }
+
+  private async retriedAppendOrConflict(
+    streamName: string,
+    events: readonly NewEvent[],
+    expected: ExpectedRevision,
+    currentCount: number,
+    firstRevision: number | null,
+  ): Promise<AppendResult> {
+    const conflict = new WrongExpectedRevisionError(streamName, expected, currentCount === 0 ? 'no_stream' : BigInt(currentCount - 1));
+    const stream = this.index.streams.get(streamName);
+    if (stream === undefined || firstRevision === null || firstRevision < stream.firstRevision || firstRevision + events.length > currentCount) {
+      throw conflict;
+    }
+    const from = firstRevision - stream.firstRevision;
+    const positions = stream.positions.slice(from, from + events.length);
+    // The original may still be waiting for its fsync; answer only once it is durable.
+    await this.untilDurable(() => stream.firstRevision + stream.durableCount > firstRevision + events.length - 1);
+    const stored = await Promise.all(positions.map((position) => this.readRecord(position)));
+    const sameEvents = stored.every((record, i) => record !== null && decodeEvent(record).id === events[i]?.id);
+    if (!sameEvents) throw conflict;
+    return { nextExpectedRevision: BigInt(firstRevision + events.length - 1), position: positionAt(positions[positions.length - 1] ?? 0) };
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushRunning) return;
+    this.flushRunning = true;
+    // Waiting one turn of the event loop lets appends issued together share one fsync.
+    this.flushDone = new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.flushLoop());
+  }
+
+  private async flushLoop(): Promise<void> {
+    for (;;) {
+      if (this.queue.length === 0 || this.failure !== null) {
+        this.flushRunning = false;
+        return;
+      }
+      // Appends arriving while this batch is written and synced form the next batch; a
+      // batch stops where a new segment begins.
+      const base = (this.queue[0] as PendingAppend).base;
+      const split = this.queue.findIndex((append) => append.base !== base);
+      const batch = split === -1 ? this.queue : this.queue.slice(0, split);
+      this.queue = split === -1 ? [] : this.queue.slice(split);
+      try {
+        if (base !== this.active().base) await this.startSegment(base);
+        const bytes = batch.length === 1 ? (batch[0] as PendingAppend).bytes : Buffer.concat(batch.map((a) => a.bytes));
+        markFirstOfBatch(bytes);
+        const start = (batch[0] as PendingAppend).fileOffset;
+        await writeFully(this.active().handle, bytes, start);
+        await this.active().handle.datasync();
+        this.recent.remember(base + start, bytes);
+        this.commit(batch, bytes.length);
+      } catch (error) {
+        this.fail(error, batch);
+      }
+    }
+  }
+
+  /** Seals the active segment (its index checkpoint is written in the background) and creates the next. */
+  private async startSegment(base: number): Promise<void> {
+    const sealed = this.active();
+    const sealedTable = this.activeTable;
+    const handle = await createSegmentFile(this.directory, { base, generation: 0 });
+    this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null)];
+    this.activeTable = new SegmentTable(SEGMENT_HEADER_SIZE);
+    this.recent.forget();
+    sealedTable.coveredSize = sealed.size;
+    const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false).catch((error: unknown) =>
+      this.options.log(`Event log: could not write the index checkpoint of ${sealed.file} (${errorMessage(error)}); the next open scans it`),
+    );
+    this.sealing.add(writing);
+    void writing.finally(() => this.sealing.delete(writing));
+  }
+
+  private commit(batch: readonly PendingAppend[], bytes: number): void {
+    let events = 0;
+    const segment = this.active();
+    for (const append of batch) {
+      const stream = this.index.stream(append.streamName);
+      stream.durableCount += append.records.length;
+      for (const record of append.records) {
+        segment.noteRecord(record.position, record.writtenAt);
+        this.activeTable.add(append.streamName, record.revision, record.position, record.position - segment.base, record.writtenAt);
+        if (!append.streamName.startsWith('$')) this.index.lastUserPosition = record.position;
+      }
+      if (append.maxAgeChange !== null) {
+        this.index.applyMaxAge(append.maxAgeChange.target, append.maxAgeChange.maxAge);
+        this.activeTable.maxAgeChanges.push(append.maxAgeChange);
+      }
+      segment.size = append.fileOffset + append.bytes.length;
+      events += append.records.length;
+    }
+    for (const append of batch) append.resolve(append.result);
+    this.wakeWaiters();
+    try {
+      this.options.onGroupCommit?.({ appends: batch.length, events, bytes } satisfies GroupCommit);
+    } catch (error) {
+      // An observer's bug must not stop the writer.
+      console.error('onGroupCommit failed', error);
+    }
+  }
+
+  private fail(error: unknown, batch: readonly PendingAppend[]): void {
+    // What reached the disk is unknown now; only a reopen (which rescans the log) can tell.
+    this.recent.forget();
+    this.failure = new Error(`Event log write failed; reopen the event store: ${errorMessage(error)}`, { cause: error });
+    for (const append of [...batch, ...this.queue]) append.reject(this.failure);
+    this.queue = [];
+    this.wakeWaiters();
+  }
+
+  protected waitForChange(): Promise<void> {
+    return new Promise((resolve) => this.changeWaiters.push(resolve));
+  }
+
+  protected wakeWaiters(): void {
+    const waiters = this.changeWaiters;
+    this.changeWaiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  private async untilDurable(condition: () => boolean): Promise<void> {
+    while (!condition()) {
+      if (this.failure !== null) throw this.failure;
+      if (this.closing && !this.flushRunning) throw new Error('The event store is closed');
+      await this.waitForChange();
+    }
+  }
+
+  private async *streamEvents(streamName: string, options: ReadStreamOptions): AsyncGenerator<RecordedEvent> {
+    if (this.closing) throw new Error('The event store is closed');
+    const stream = this.index.streams.get(streamName);
+    if (stream === undefined || stream.durableCount === 0) return;
+    const end = stream.firstRevision + stream.durableCount;
+    const backwards = options.direction === 'backwards';
+    const maxAge = this.index.maxAgeSeconds.get(streamName);
+    const cutoff = maxAge === undefined ? null : this.now() - maxAge * 1000;
+    // Forwards, aged-out events are skipped by a binary search. Backwards, the walk stops at
+    // the first aged-out one (written-at times never decrease along the log): reading the
+    // newest event of a $maxAge stream — what presence expiry does — costs one record.
+    const oldestVisible = cutoff === null || backwards ? stream.firstRevision : await this.firstRevisionWrittenSince(stream, end, cutoff);
+    const from = options.fromRevision === undefined ? undefined : Number(options.fromRevision);
+    let revision = backwards ? Math.min(from ?? end - 1, end - 1) : Math.max(from ?? 0, oldestVisible);
+    const step = backwards ? -1 : 1;
+    let remaining = options.maxCount ?? Number.POSITIVE_INFINITY;
+    while (remaining > 0) {
+      // Compaction may have reclaimed events since the last batch: never read below the first.
+      const stop = backwards ? stream.firstRevision - 1 : end;
+      if (backwards ? revision <= stop : revision >= stop) return;
+      if (!backwards && revision < stream.firstRevision) revision = stream.firstRevision;
+      const batchSize = Math.min(STREAM_READ_BATCH, Math.abs(stop - revision), remaining);
+      const reads = Array.from({ length: batchSize }, (_, i) => this.readRevision(stream, revision + i * step));
+      for (const record of await Promise.all(reads)) {
+        if (record === null) continue;
+        if (backwards && cutoff !== null && record.writtenAt < cutoff) return;
+        yield toRecordedEvent(record);
+      }
+      revision += batchSize * step;
+      remaining -= batchSize;
+    }
+  }
+
+  private readRevision(stream: StreamIndex, revision: number): Promise<RawRecord | null> | null {
+    const position = stream.positions.at(revision - stream.firstRevision);
+    return position === undefined ? null : this.readRecord(position);
+  }
+
+  /** Binary search: written-at times never decrease along the log (append clamps them). */
+  private async firstRevisionWrittenSince(stream: StreamIndex, end: number, cutoff: number): Promise<number> {
+    let low = stream.firstRevision;
+    let high = end;
+    while (low < high) {
+      const middle = (low + high) >> 1;
+      const record = await this.readRevision(stream, middle);
+      if (record === null || record.writtenAt < cutoff) low = middle + 1;
+      else high = middle;
+    }
+    return low;
+  }
+}

@@ -1,0 +1,161 @@
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  openEmbeddedEventStore,
+  type CompactionStep,
+  type EmbeddedEventStore,
+  type EmbeddedEventStoreOptions,
+} from '../../src/infra/eventstore/embedded';
+import type { RecordedEvent } from '../../src/infra/eventstore/port';
+import { readAll } from '../contract/eventstore.contract';
+import { event, HUBS, isReclaimable, replay, SILENT_HUB, writeHeartbeatHistory } from './fixtures/heartbeat-history';
+
+/** Reclamation of expired heartbeats from disk, on a fake clock. */
+
+const SEGMENT_BYTES = 4096;
+
+describe('reclaiming expired heartbeats', () => {
+  let dir: string;
+  const clock = { now: 0 };
+  let notes: string[];
+  const stores: EmbeddedEventStore[] = [];
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'hhc-reclaim-'));
+    notes = [];
+  });
+
+  afterEach(async () => {
+    await Promise.all(stores.splice(0).map((store) => store.close()));
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function open(options: EmbeddedEventStoreOptions = {}): Promise<EmbeddedEventStore> {
+    const store = await openEmbeddedEventStore(dir, {
+      now: () => clock.now,
+      segmentBytes: SEGMENT_BYTES,
+      reclaimIntervalMs: 0,
+      log: (note) => notes.push(note),
+      ...options,
+    });
+    stores.push(store);
+    return store;
+  }
+
+  async function closed(store: EmbeddedEventStore): Promise<void> {
+    await store.close();
+    stores.splice(stores.indexOf(store), 1);
+  }
+
+  async function segmentBytes(): Promise<number> {
+    const names = (await readdir(dir)).filter((name) => name.endsWith('.log'));
+    return (await Promise.all(names.map(async (name) => (await stat(join(dir, name))).size))).reduce((a, b) => a + b, 0);
+  }
+
+  const ids = (events: readonly RecordedEvent[]): string[] => events.map((e) => e.id);
+
+  it('removes expired heartbeats from disk and keeps every other event, in order, at its position', async () => {
+    const store = await open();
+    await writeHeartbeatHistory(store, clock);
+    const before = await replay(store);
+    const visibleBefore = await Promise.all([...HUBS, SILENT_HUB].map((hub) => readAll(store.readStream(`heartbeat-${hub}`))));
+    const bytesOnDisk = await segmentBytes();
+
+    const result = await store.reclaimExpired();
+
+    const expected = before.filter((e) => !isReclaimable(e, before, clock.now));
+    expect(result.eventsReclaimed).toBe(before.length - expected.length);
+    expect(result.eventsReclaimed).toBeGreaterThan(200);
+    expect(result.segmentsCompacted).toBeGreaterThan(3);
+    expect(result.bytesBefore).toBe(bytesOnDisk);
+    expect(result.bytesAfter).toBe(await segmentBytes());
+    expect(result.bytesAfter).toBeLessThan(bytesOnDisk * 0.75);
+    const after = await replay(store);
+    expect(after).toEqual(expected);
+    // Reads hid the expired heartbeats already: they read the same.
+    for (const [i, hub] of [...HUBS, SILENT_HUB].entries()) {
+      expect(await readAll(store.readStream(`heartbeat-${hub}`))).toEqual(visibleBefore[i]);
+    }
+    // The silent hub's newest heartbeat stays on disk (a full replay still sees it); its older ones do not.
+    const silent = after.filter((e) => e.streamName === `heartbeat-${SILENT_HUB}`);
+    expect(silent.map((e) => e.revision)).toEqual([9n]);
+    // A $maxAge stream that is not a heartbeat stream keeps everything.
+    expect(after.filter((e) => e.streamName === 'session-1')).toEqual(before.filter((e) => e.streamName === 'session-1'));
+    expect((await store.reclaimExpired()).eventsReclaimed).toBe(0);
+
+    await closed(store);
+    const reopened = await open();
+    expect(await replay(reopened)).toEqual(expected);
+    expect(notes.filter((note) => note.includes('not used'))).toEqual([]);
+  }, 60_000);
+
+  it('goes on reclaiming as time passes, and appends continue meanwhile', async () => {
+    const store = await open();
+    await writeHeartbeatHistory(store, clock);
+    await store.reclaimExpired();
+    clock.now += 30 * 60_000;
+    const before = await replay(store);
+
+    const reclaiming = store.reclaimExpired();
+    const appended = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => store.append(`heartbeat-${HUBS[i % 2] ?? ''}`, [event('HeartbeatReceived', clock.now)], 'any')),
+    );
+    const result = await reclaiming;
+
+    expect(result.eventsReclaimed).toBe(before.filter((e) => isReclaimable(e, before, clock.now)).length);
+    expect(result.eventsReclaimed).toBeGreaterThan(50);
+    const after = await replay(store);
+    expect(ids(after)).toEqual([...ids(before.filter((e) => !isReclaimable(e, before, clock.now))), ...ids(after.slice(-40))]);
+    expect(after.slice(-40).map((e) => e.position)).toEqual(appended.map((a) => a.position));
+    const positions = after.map((e) => e.position.commit);
+    expect(positions).toEqual([...positions].sort((a, b) => (a < b ? -1 : 1)));
+  }, 60_000);
+
+  it('runs by itself right after open', async () => {
+    const first = await open();
+    await writeHeartbeatHistory(first, clock);
+    await closed(first);
+
+    const store = await open({ reclaimIntervalMs: 3_600_000 });
+    await waitFor(() => notes.some((note) => note.includes('reclaimed')));
+
+    expect(notes.find((note) => note.includes('reclaimed'))).toMatch(/reclaimed \d+ expired heartbeats from \d+ segments/);
+    expect((await store.reclaimExpired()).eventsReclaimed).toBe(0);
+  }, 60_000);
+
+  it.each<CompactionStep>(['temporary-written', 'temporary-synced', 'renamed', 'directory-synced', 'index-written'])(
+    'survives a compaction failing after step "%s": nothing lost, appends go on, a later run finishes',
+    async (failingStep) => {
+      let failed = false;
+      const store = await open({
+        compactionHook: (step) => {
+          if (step === failingStep && !failed) {
+            failed = true;
+            throw new Error(`injected failure after ${step}`);
+          }
+        },
+      });
+      await writeHeartbeatHistory(store, clock);
+      const before = await replay(store);
+      const expected = before.filter((e) => !isReclaimable(e, before, clock.now));
+
+      await expect(store.reclaimExpired()).rejects.toThrow(`injected failure after ${failingStep}`);
+
+      const mid = await replay(store);
+      expect(ids(mid.filter((e) => !isReclaimable(e, before, clock.now)))).toEqual(ids(expected));
+      await store.append('user-1', [event('UserSynced', clock.now)], 'any');
+      await store.reclaimExpired();
+      expect(ids(await replay(store))).toEqual([...ids(expected), ...ids((await replay(store)).slice(-1))]);
+      await closed(store);
+      const reopened = await open();
+      expect((await replay(reopened)).slice(0, -1)).toEqual(expected);
+    },
+    60_000,
+  );
+});
+
+async function waitFor(condition: () => boolean): Promise<void> {
+  for (let i = 0; i < 400 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 25));
+  if (!condition()) throw new Error('condition not met in time');
+}

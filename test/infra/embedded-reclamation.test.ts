@@ -9,6 +9,7 @@ import {
 } from '../../src/infra/eventstore/embedded';
 import type { RecordedEvent } from '../../src/infra/eventstore/port';
 import { readAll } from '../contract/eventstore.contract';
+import { writeLegacyLog } from './fixtures/legacy-log';
 import { event, HUBS, isReclaimable, replay, SILENT_HUB, writeHeartbeatHistory } from './fixtures/heartbeat-history';
 
 /** Reclamation of expired heartbeats from disk, on a fake clock. */
@@ -111,6 +112,35 @@ describe('reclaiming expired heartbeats', () => {
     const positions = after.map((e) => e.position.commit);
     expect(positions).toEqual([...positions].sort((a, b) => (a < b ? -1 : 1)));
   }, 60_000);
+
+  it('compacts a log of earlier versions: expired heartbeats go, everything else keeps its position and reads the same', async () => {
+    const start = Date.parse('2025-06-01T00:00:00.000Z');
+    const hub = HUBS[0] as string;
+    const metadata = { ...event('$metadata', start), data: { $maxAge: 60 } };
+    const heartbeats = Array.from({ length: 40 }, (_, i) => ({
+      streamName: `heartbeat-${hub}`,
+      revision: i,
+      writtenAt: start + i * 10_000,
+      event: event('HeartbeatReceived', start + i * 10_000, { uuid: hub }),
+    }));
+    await writeLegacyLog(join(dir, 'events.log'), [
+      { streamName: `device-${hub}`, revision: 0, writtenAt: start, event: event('DeviceRegistered', start) },
+      { streamName: `$$heartbeat-${hub}`, revision: 0, writtenAt: start, event: metadata },
+      ...heartbeats,
+    ]);
+    clock.now = start + 400_000;
+    const store = await open();
+    await store.append('user-1', [event('UserSynced', clock.now)], 'no_stream');
+    const before = await replay(store);
+
+    const result = await store.reclaimExpired();
+
+    // Written before now - 60 s (and not the newest): the first 34 of 40.
+    expect(result.eventsReclaimed).toBe(34);
+    const after = await replay(store);
+    expect(after).toEqual(before.filter((e) => !(e.streamName.startsWith('heartbeat-') && e.revision < 34n)));
+    expect((await readAll(store.readStream(`heartbeat-${hub}`))).map((e) => e.revision)).toEqual([34n, 35n, 36n, 37n, 38n, 39n]);
+  });
 
   it('runs by itself right after open', async () => {
     const first = await open();

@@ -98,7 +98,8 @@ function decodeIndex(bytes: Buffer, segment: IndexedSegment, segmentSize: number
     () => input.f64(),
   ) as number[];
   if (mark !== BYTE_ORDER_MARK) throw new Error('written on a machine of another byte order');
-  if (base !== segment.base || generation !== segment.generation) throw new Error('stale (the segment was rewritten since)');
+  if (base !== segment.base) throw new Error('stale (written for another segment)');
+  if (generation !== segment.generation) throw new Error('stale (the segment was compacted since)');
   if (coveredSize === undefined || coveredSize > segmentSize) throw new Error('stale (the segment is shorter than it covers)');
   const table = new SegmentTable(coveredSize);
   for (let i = 0; i < (nameCount ?? 0); i++) table.addName(input.utf8());

@@ -58,7 +58,7 @@ describe('embedded log segments', () => {
 
     expect(segments.length).toBeGreaterThan(5);
     expect(segments[0]).toBe(EVENT_LOG_FILE_NAME);
-    expect(await filesEndingWith('.idx')).toEqual(segments.slice(0, -1).map((name) => `${name}.idx`));
+    expect(await filesEndingWith('.idx')).toEqual(segments.map((name) => `${name}.idx`));
     expect(notes).toEqual([]);
     expect(await replay(reopened)).toEqual(events);
     expect(await readAll(reopened.readStream('stream-3'))).toEqual(events.filter((e) => e.streamName === 'stream-3'));
@@ -115,6 +115,29 @@ describe('embedded log segments', () => {
     notes.length = 0;
     expect(await replay(await reopen(reopened))).toEqual(events);
     expect(notes).toEqual([]);
+  });
+
+  it("uses the active segment's checkpoint from close only while the bytes it covers are unchanged", async () => {
+    const store = await openStore();
+    const events = await fillSegments(store);
+    await store.close();
+    stores.splice(0);
+    const active = (await filesEndingWith('.log')).at(-1) as string;
+    // Garbage after the covered bytes (a torn write) is dropped; the checkpoint still holds.
+    await writeFile(join(dir, active), Buffer.alloc(50, 0xee), { flag: 'a' });
+
+    const reopened = await openStore();
+
+    expect(notes).toEqual([]);
+    expect(await replay(reopened)).toEqual(events);
+    await reopened.close();
+    stores.splice(0);
+    const handle = await open(join(dir, active), 'r+');
+    await handle.write(Buffer.from('damage'), 0, 6, 200);
+    await handle.close();
+
+    await expect(openStore()).rejects.toBeInstanceOf(CorruptEventLogError);
+    expect(notes).toEqual([`Event log: index checkpoint of ${active} not used (its checksum of the segment does not match); scanning the segment`]);
   });
 
   it('refuses damage in a sealed segment that has to be scanned', async () => {

@@ -15,11 +15,12 @@ function buildCrc32Table(): Int32Array {
 }
 
 /** CRC-32 (IEEE) for Node versions whose zlib lacks crc32 (before 20.15). */
-export function crc32Portable(bytes: Uint8Array): number {
-  let c = -1;
+export function crc32Portable(bytes: Uint8Array, previous = 0): number {
+  let c = ~previous;
   for (let i = 0; i < bytes.length; i++) c = (CRC32_TABLE[(c ^ (bytes[i] ?? 0)) & 0xff] ?? 0) ^ (c >>> 8);
   return (c ^ -1) >>> 0;
 }
 
-export const crc32: (bytes: Uint8Array) => number =
-  typeof zlib.crc32 === 'function' ? (bytes) => zlib.crc32(bytes) : crc32Portable;
+/** CRC-32 of `bytes`, or of what came before (`previous`, its CRC) followed by `bytes`. */
+export const crc32: (bytes: Uint8Array, previous?: number) => number =
+  typeof zlib.crc32 === 'function' ? (bytes, previous = 0) => zlib.crc32(bytes, previous) : crc32Portable;

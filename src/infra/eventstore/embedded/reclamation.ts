@@ -55,6 +55,7 @@ function holdsReclaimable(index: LogIndex, segment: Segment, rules: ReadonlyMap<
 export class EmbeddedEventStore extends EmbeddedStoreCore {
   private reclaiming: Promise<unknown> = Promise.resolve();
   private stopping = false;
+  private closed: Promise<void> | null = null;
   private readonly timers: NodeJS.Timeout[] = [];
 
   constructor(
@@ -79,8 +80,12 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     return run;
   }
 
-  override async close(): Promise<void> {
-    if (this.stopping) return super.close();
+  override close(): Promise<void> {
+    this.closed ??= this.closeOnce();
+    return this.closed;
+  }
+
+  private async closeOnce(): Promise<void> {
     this.stopping = true;
     for (const timer of this.timers) clearInterval(timer);
     await this.reclaiming;

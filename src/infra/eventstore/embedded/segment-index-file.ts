@@ -2,15 +2,16 @@
  * Index checkpoints: next to each segment `X`, a file `X.idx` holds its SegmentTable, so
  * that opening the store reads a few compact columns instead of decoding every record.
  * Written when a segment is sealed or compacted and, for the active segment, at close
- * and on the reclamation timer. They are a cache: a missing, damaged (checksum) or stale
+ * (with the CRC-32 of the bytes it covers, checked at open). They are a cache: a missing, damaged (checksum) or stale
  * one (other base, generation or a segment shorter than it covers) is ignored and the
  * segment scanned instead. Columns are stored in the machine's byte order, which is
  * checked on load, so a data directory moved to a machine of the other order still opens
  * (by scanning).
  *
  * Layout: magic "HHEVIDX\x01" | u32 crc32(body) | u32 bodyLength | body, where body =
- * 11 f64 fields (byte order check, base, generation, covered size, record count, name count,
- * $maxAge change count, first and last written-at, last user event position, has offsets),
+ * 12 f64 fields (byte order check, base, generation, covered size, record count, name count,
+ * $maxAge change count, first and last written-at, last user event position, has offsets,
+ * CRC-32 of the covered bytes or -1),
  * names, $maxAge changes, then the columns positions f64, revisions f64, stream refs u32
  * and (compacted segments only) file offsets u32.
  */
@@ -23,7 +24,7 @@ import { ByteReader, ByteWriter } from './value-codec';
 const INDEX_MAGIC = Buffer.from('HHEVIDX\x01', 'latin1');
 const PREFIX_SIZE = 16;
 const BYTE_ORDER_MARK = 1.5;
-const FIXED_FIELDS = 11;
+const FIXED_FIELDS = 12;
 
 export function indexFileOf(segmentFile: string): string {
   return `${segmentFile}.idx`;
@@ -52,6 +53,7 @@ function encodeIndex(segment: IndexedSegment, table: SegmentTable, withOffsets: 
     table.lastWrittenAt,
     table.lastUserPosition ?? -1,
     withOffsets ? 1 : 0,
+    table.coveredCrc ?? -1,
   ];
   for (const field of fields) out.f64(field);
   for (const name of table.names) out.utf8(name);
@@ -93,7 +95,7 @@ function decodeIndex(bytes: Buffer, segment: IndexedSegment, segmentSize: number
   const body = bytes.subarray(PREFIX_SIZE, PREFIX_SIZE + bytes.readUInt32LE(12));
   if (body.length !== bytes.readUInt32LE(12) || crc32(body) !== bytes.readUInt32LE(8)) throw new Error('checksum mismatch');
   const input = new ByteReader(body);
-  const [mark, base, generation, coveredSize, count, nameCount, changeCount, first, last, lastUser, withOffsets] = Array.from(
+  const [mark, base, generation, coveredSize, count, nameCount, changeCount, first, last, lastUser, withOffsets, coveredCrc] = Array.from(
     { length: FIXED_FIELDS },
     () => input.f64(),
   ) as number[];
@@ -118,6 +120,7 @@ function decodeIndex(bytes: Buffer, segment: IndexedSegment, segmentSize: number
   table.firstWrittenAt = first === undefined || Number.isNaN(first) ? null : first;
   table.lastWrittenAt = last ?? 0;
   table.lastUserPosition = lastUser === undefined || lastUser < 0 ? null : lastUser;
+  table.coveredCrc = coveredCrc === undefined || coveredCrc < 0 ? null : coveredCrc;
   return table;
 }
 

@@ -38,6 +38,8 @@ export class SegmentTable {
   lastUserPosition: number | null = null;
   /** Bytes of the segment file (header included) that this table covers. */
   coveredSize: number;
+  /** CRC-32 of those bytes, when known: lets open trust a checkpoint of the active segment. */
+  coveredCrc: number | null = null;
 
   constructor(coveredSize: number) {
     this.coveredSize = coveredSize;

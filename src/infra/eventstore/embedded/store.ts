@@ -17,7 +17,8 @@ import {
 } from '../port';
 import { errorMessage, writeFully } from './files';
 import type { LogIndex, StreamIndex } from './log-index';
-import { decodeEvent, encodeRecord, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition, type RawRecord } from './record-format';
+import { crc32 } from './crc32';
+import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition, type RawRecord } from './record-format';
 import { readRecordAt, type ReadAt } from './record-cursor';
 import { createSegmentFile } from './recovery';
 import { RecentCommits } from './recent-commits';
@@ -233,7 +234,18 @@ export class EmbeddedStoreCore implements EventStore {
     while (this.flushRunning) await this.flushDone;
     this.wakeWaiters();
     await Promise.allSettled([...this.sealing]);
+    if (this.failure === null) await this.writeActiveCheckpoint();
     await Promise.all(this.segments.map((segment) => segment.retire()));
+  }
+
+  /** Lets the next open skip decoding the active segment (see recovery.ts). */
+  private async writeActiveCheckpoint(): Promise<void> {
+    const active = this.active();
+    try {
+      await writeSegmentIndex(active.file, active, this.activeTable, false);
+    } catch (error) {
+      this.options.log(`Event log: could not write the index checkpoint of ${active.file} (${errorMessage(error)}); the next open scans it`);
+    }
   }
 
   protected assertWritable(): void {
@@ -321,6 +333,7 @@ export class EmbeddedStoreCore implements EventStore {
         const start = (batch[0] as PendingAppend).fileOffset;
         await writeFully(this.active().handle, bytes, start);
         await this.active().handle.datasync();
+        this.activeTable.coveredCrc = crc32(bytes, this.activeTable.coveredCrc ?? 0);
         this.recent.remember(base + start, bytes);
         this.commit(batch, bytes.length);
       } catch (error) {
@@ -336,6 +349,7 @@ export class EmbeddedStoreCore implements EventStore {
     const handle = await createSegmentFile(this.directory, { base, generation: 0 });
     this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null)];
     this.activeTable = new SegmentTable(SEGMENT_HEADER_SIZE);
+    this.activeTable.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
     this.recent.forget();
     sealedTable.coveredSize = sealed.size;
     const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false).catch((error: unknown) =>
@@ -361,6 +375,7 @@ export class EmbeddedStoreCore implements EventStore {
         this.activeTable.maxAgeChanges.push(append.maxAgeChange);
       }
       segment.size = append.fileOffset + append.bytes.length;
+      this.activeTable.coveredSize = segment.size;
       events += append.records.length;
     }
     for (const append of batch) append.resolve(append.result);

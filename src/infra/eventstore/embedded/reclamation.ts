@@ -120,7 +120,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     let segmentsCompacted = 0;
     let eventsReclaimed = 0;
     for (const segment of candidates) {
-      if (this.stopping && this.closing) break;
+      if (this.stopping) break;
       this.assertWritable();
       const compacted = await compactSegment(segment, rules, this.options.compactionHook);
       if (compacted === null) continue;

@@ -277,12 +277,22 @@ export class EmbeddedStoreCore implements EventStore {
     return (offset, length) => this.recent.read(segment.base + offset, length, segment.base + segment.size) ?? segment.read(offset, length);
   }
 
-  /** The durable record at `position`, or null when compaction reclaimed it. */
-  protected readRecord(position: number): Promise<RawRecord> | null {
-    const segment = this.segmentOf(position);
-    const offset = segment?.fileOffsetOf(position) ?? null;
-    if (segment === undefined || offset === null) return null;
-    return readRecordAt(this.readerOf(segment), segment.base, offset, segment.size);
+  /**
+   * The durable record at `position`, or null when compaction reclaimed it. A read that
+   * meets a segment just replaced by its compacted copy is done again in the copy.
+   */
+  protected async readRecord(position: number): Promise<RawRecord | null> {
+    for (;;) {
+      if (this.closing) throw new Error('The event store is closed');
+      const segment = this.segmentOf(position);
+      const offset = segment?.fileOffsetOf(position) ?? null;
+      if (segment === undefined || offset === null) return null;
+      try {
+        return await readRecordAt(this.readerOf(segment), segment.base, offset, segment.size);
+      } catch (error) {
+        if (!segment.retired) throw error;
+      }
+    }
   }
 
   private async retriedAppendOrConflict(
@@ -448,7 +458,7 @@ export class EmbeddedStoreCore implements EventStore {
     }
   }
 
-  private readRevision(stream: StreamIndex, revision: number): Promise<RawRecord | null> | null {
+  private async readRevision(stream: StreamIndex, revision: number): Promise<RawRecord | null> {
     const position = stream.positions.at(revision - stream.firstRevision);
     return position === undefined ? null : this.readRecord(position);
   }

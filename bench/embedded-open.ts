@@ -7,10 +7,11 @@
  * BENCH_HUBS hubs (1,000) sending heartbeats every 30 s, none of them expired (the worst
  * case: every event stays in the index), with a device event every 100 heartbeats. Then
  * opens the store BENCH_RUNS times (5) and reports the median and the slowest open,
- * bytes on disk and bytes per event; and the same for an empty log.
+ * bytes on disk and bytes per event; and the same for an empty log. With BENCH_DIR the
+ * history is written there (or reused, if that directory holds a log already) and kept.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openEmbeddedEventStore, type HistoricalAppend } from '../src/infra/eventstore/embedded';
@@ -89,16 +90,20 @@ function report(label: string, times: readonly number[]): void {
 
 async function main(): Promise<void> {
   const empty = mkdtempSync(join(tmpdir(), 'hhc-bench-open-empty-'));
-  const dir = mkdtempSync(join(tmpdir(), 'hhc-bench-open-'));
+  const kept = process.env.BENCH_DIR;
+  const dir = kept ?? mkdtempSync(join(tmpdir(), 'hhc-bench-open-'));
   try {
     report('empty log', await openTimes(empty));
-    await writeHistory(dir);
+    if (kept === undefined || !existsSync(join(kept, 'events.log'))) {
+      mkdirSync(dir, { recursive: true });
+      await writeHistory(dir);
+    }
     const { log, checkpoints } = bytesOnDisk(dir);
     process.stdout.write(`log ${(log / 1e6).toFixed(0)} MB (${(log / EVENTS).toFixed(0)} bytes per event), index checkpoints ${(checkpoints / 1e6).toFixed(0)} MB\n`);
-    report(`${EVENTS} events`, await openTimes(dir));
+    report(`${kept === undefined ? EVENTS : 'the'} events`, await openTimes(dir));
   } finally {
     rmSync(empty, { recursive: true, force: true });
-    rmSync(dir, { recursive: true, force: true });
+    if (kept === undefined) rmSync(dir, { recursive: true, force: true });
   }
 }
 

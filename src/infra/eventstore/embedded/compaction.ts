@@ -81,7 +81,7 @@ interface Filtered {
 
 async function filterRecords(segment: Segment, rules: ReadonlyMap<string, ReclaimRule>): Promise<Filtered> {
   const cursor = new RecordCursor((o, l) => segment.read(o, l), segment.base, segment.size, SCAN_CHUNK_SIZE);
-  const table = new SegmentTable(SEGMENT_HEADER_SIZE);
+  const table = new SegmentTable(segment.base, SEGMENT_HEADER_SIZE);
   const parts: Buffer[] = [encodeSegmentHeader({ base: segment.base, generation: segment.generation + 1 })];
   const reclaimedThrough = new Map<string, number>();
   let eventsReclaimed = 0;
@@ -96,7 +96,7 @@ async function filterRecords(segment: Segment, rules: ReadonlyMap<string, Reclai
       continue;
     }
     const bytes = keptBytes(record);
-    table.add(record.streamName, record.revision, record.position, table.coveredSize, record.writtenAt);
+    table.add(record.streamName, record.revision, record.position, record.writtenAt, table.coveredSize);
     table.coveredSize += bytes.length;
     parts.push(bytes);
     if (record.streamName.startsWith('$$')) {

@@ -42,16 +42,17 @@ export class LogIndex {
    */
   applyTable(table: SegmentTable, from: number, file: string): void {
     const streams = table.names.map((name) => this.stream(name));
+    const { refs, revisions, offsets, base } = table;
     for (let i = from; i < table.count; i++) {
-      const stream = streams[table.refs[i] ?? 0] as StreamIndex;
-      const revision = table.revisions[i] ?? 0;
-      const position = table.positions[i] ?? 0;
+      const stream = streams[refs[i] as number] as StreamIndex;
+      const revision = revisions[i] as number;
+      const position = base + (offsets[i] as number);
       const expected = stream.firstRevision + stream.positions.length;
       if (revision !== expected) {
         // A stream may start above revision 0 where compaction reclaimed its oldest events.
         if (stream.positions.length > 0 || revision < expected) {
           const name = table.names[table.refs[i] ?? 0] ?? '?';
-          throw new CorruptEventLogError(file, table.fileOffsets[i] ?? 0, `${name} jumps to revision ${revision} after ${expected} events`);
+          throw new CorruptEventLogError(file, table.fileOffsets[i] ?? position - base, `${name} jumps to revision ${revision} after ${expected} events`);
         }
         stream.firstRevision = revision;
       }

@@ -11,7 +11,7 @@ import { errorMessage } from './files';
 import { compactSegment, type CompactedSegment, type ReclaimRule } from './compaction';
 import type { LogIndex } from './log-index';
 import type { ResolvedOptions } from './options';
-import { Segment } from './segment';
+import { locatorOf, Segment } from './segment';
 import { writeSegmentIndex } from './segment-index-file';
 import type { SegmentTable } from './segment-table';
 import { EmbeddedStoreCore } from './store';
@@ -135,8 +135,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
   private async swapIn(old: Segment, compacted: CompactedSegment): Promise<void> {
     const { table, header } = compacted;
     const handle = await fs.open(old.file, 'r');
-    const locator = { positions: table.positions.subarray(0, table.count), fileOffsets: table.fileOffsets.subarray(0, table.count) };
-    const segment = new Segment(this.directory, header.base, header.generation, handle, table.coveredSize, locator);
+    const segment = new Segment(this.directory, header.base, header.generation, handle, table.coveredSize, locatorOf(table));
     segment.noteTable(table);
     this.segments = this.segments.map((s) => (s === old ? segment : s));
     for (const [streamName, revision] of compacted.reclaimedThrough) this.index.reclaimThrough(streamName, revision);

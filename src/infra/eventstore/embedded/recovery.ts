@@ -18,7 +18,7 @@ import { CorruptEventLogError } from './errors';
 import { errorCode, readFully, syncDirectory, writeFully } from './files';
 import { LogIndex } from './log-index';
 import { decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type SegmentHeader } from './record-format';
-import { Segment, segmentBaseOfName, segmentFileName } from './segment';
+import { locatorOf, Segment, segmentBaseOfName, segmentFileName } from './segment';
 import { loadSegmentIndex, writeSegmentIndex } from './segment-index-file';
 import { scanSegment } from './segment-scan';
 import { SegmentTable } from './segment-table';
@@ -96,7 +96,7 @@ async function sealedTable(handle: fs.FileHandle, file: string, header: SegmentH
   if ('table' in loaded && loaded.table.coveredSize === size) return loaded.table;
   const problem = 'table' in loaded ? 'it covers less than the segment' : loaded.problem;
   log(`Event log: index checkpoint of ${path.basename(file)} not used (${problem}); scanning the segment`);
-  const table = new SegmentTable(SEGMENT_HEADER_SIZE);
+  const table = new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: true }, table);
   await writeSegmentIndex(file, header, table, header.generation > 0);
   return table;
@@ -129,7 +129,7 @@ async function verifiedActiveCheckpoint(handle: fs.FileHandle, file: string, hea
 
 async function activeTable(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
   const checkpoint = await verifiedActiveCheckpoint(handle, file, header, size, options.log);
-  const table = checkpoint ?? new SegmentTable(SEGMENT_HEADER_SIZE);
+  const table = checkpoint ?? new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   const from = table.coveredSize;
   const { end } = await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: false }, table);
   if (end < size) {
@@ -148,7 +148,7 @@ async function openSegment(directory: string, base: number, active: boolean, opt
     const { header, size } = await readHeader(handle, file, base, active);
     const opened = active ? await activeTable(handle, file, header, size, options) : { table: await sealedTable(handle, file, header, size, options.log), size };
     const { table } = opened;
-    const locator = header.generation > 0 ? { positions: table.positions.subarray(0, table.count), fileOffsets: table.fileOffsets.subarray(0, table.count) } : null;
+    const locator = header.generation > 0 ? locatorOf(table) : null;
     const segment = new Segment(directory, base, header.generation, handle, opened.size, locator);
     segment.noteTable(table);
     return { segment, table };
@@ -184,7 +184,7 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
       for (const change of opened.table.maxAgeChanges) index.applyMaxAge(change.target, change.maxAge);
       table = opened.table;
     }
-    return { segments, index, activeTable: table ?? new SegmentTable(SEGMENT_HEADER_SIZE) };
+    return { segments, index, activeTable: table as SegmentTable };
   } catch (error) {
     await Promise.all(segments.map((segment) => segment.handle.close()));
     throw error;

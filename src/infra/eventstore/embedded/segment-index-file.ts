@@ -12,8 +12,8 @@
  * 12 f64 fields (byte order check, base, generation, covered size, record count, name count,
  * $maxAge change count, first and last written-at, last user event position, has offsets,
  * CRC-32 of the covered bytes or -1),
- * names, $maxAge changes, then the columns positions f64, revisions f64, stream refs u32
- * and (compacted segments only) file offsets u32.
+ * names, $maxAge changes, padding to an 8-byte boundary, then the columns revisions f64,
+ * stream refs u32, position − base u32 and (compacted segments only) file offsets u32.
  */
 import * as fs from 'node:fs/promises';
 import { crc32 } from './crc32';
@@ -61,9 +61,11 @@ function encodeIndex(segment: IndexedSegment, table: SegmentTable, withOffsets: 
     out.utf8(change.target);
     out.f64(change.maxAge ?? 0);
   }
-  out.bytes(columnBytes(table.positions, table.count));
+  // Columns start 8-byte aligned in the file, so open can use them where they were read.
+  out.bytes(Buffer.alloc((8 - ((PREFIX_SIZE + out.length) % 8)) % 8));
   out.bytes(columnBytes(table.revisions, table.count));
   out.bytes(columnBytes(table.refs, table.count));
+  out.bytes(columnBytes(table.offsets, table.count));
   if (withOffsets) out.bytes(columnBytes(table.fileOffsets, table.count));
   const body = out.view();
   const prefix = Buffer.alloc(PREFIX_SIZE);
@@ -81,14 +83,22 @@ export async function writeSegmentIndex(segmentFile: string, segment: IndexedSeg
   await fs.rename(temporary, file);
 }
 
-/** Copies `count` elements into a fresh (aligned) typed array, advancing the reader. */
-function copyColumn<T extends Float64Array | Uint32Array>(input: ByteReader, bytes: Buffer, column: T, count: number): T {
-  const start = input.at;
-  input.at += count * column.BYTES_PER_ELEMENT;
-  if (input.at > bytes.length) throw new Error('column runs past the end');
-  new Uint8Array(column.buffer).set(bytes.subarray(start, input.at));
-  return column;
+/** A column of `count` elements at the reader's position: a view where aligned, else a copy. */
+function column<T extends Float64Array | Uint32Array>(input: ByteReader, bytes: Buffer, count: number, make: (length: number) => T, view: (buffer: ArrayBufferLike, at: number, length: number) => T): T {
+  const start = bytes.byteOffset + input.at;
+  const size = count * make(0).BYTES_PER_ELEMENT;
+  if (input.at + size > bytes.length) throw new Error('column runs past the end');
+  input.at += size;
+  if (start % 8 === 0) return view(bytes.buffer, start, count);
+  const copy = make(count);
+  new Uint8Array(copy.buffer).set(bytes.subarray(input.at - size, input.at));
+  return copy;
 }
+
+const float64Column = (input: ByteReader, bytes: Buffer, count: number): Float64Array =>
+  column(input, bytes, count, (n) => new Float64Array(n), (buffer, at, n) => new Float64Array(buffer, at, n));
+const uint32Column = (input: ByteReader, bytes: Buffer, count: number): Uint32Array =>
+  column(input, bytes, count, (n) => new Uint32Array(n), (buffer, at, n) => new Uint32Array(buffer, at, n));
 
 function decodeIndex(bytes: Buffer, segment: IndexedSegment, segmentSize: number): SegmentTable {
   if (bytes.length < PREFIX_SIZE || !bytes.subarray(0, INDEX_MAGIC.length).equals(INDEX_MAGIC)) throw new Error('not an index checkpoint');
@@ -103,20 +113,20 @@ function decodeIndex(bytes: Buffer, segment: IndexedSegment, segmentSize: number
   if (base !== segment.base) throw new Error('stale (written for another segment)');
   if (generation !== segment.generation) throw new Error('stale (the segment was compacted since)');
   if (coveredSize === undefined || coveredSize > segmentSize) throw new Error('stale (the segment is shorter than it covers)');
-  const table = new SegmentTable(coveredSize);
+  const table = new SegmentTable(segment.base, coveredSize);
   for (let i = 0; i < (nameCount ?? 0); i++) table.addName(input.utf8());
   for (let i = 0; i < (changeCount ?? 0); i++) {
     const target = input.utf8();
     const maxAge = input.f64();
     table.maxAgeChanges.push({ target, maxAge: maxAge > 0 ? maxAge : null });
   }
+  input.at += (8 - ((PREFIX_SIZE + input.at) % 8)) % 8;
   const records = count ?? 0;
-  const positions = copyColumn(input, body, new Float64Array(Math.max(records, 1)), records);
-  const revisions = copyColumn(input, body, new Float64Array(Math.max(records, 1)), records);
-  const refs = copyColumn(input, body, new Uint32Array(Math.max(records, 1)), records);
-  const fileOffsets = withOffsets === 1 ? copyColumn(input, body, new Uint32Array(Math.max(records, 1)), records) : positions.map((p) => p - segment.base);
-  table.fill({ refs: refs.subarray(0, records), revisions, positions, fileOffsets: Uint32Array.from(fileOffsets) });
-  table.count = records;
+  const revisions = float64Column(input, body, records);
+  const refs = uint32Column(input, body, records);
+  const offsets = uint32Column(input, body, records);
+  const fileOffsets = withOffsets === 1 ? uint32Column(input, body, records) : new Uint32Array(0);
+  table.fill({ refs, revisions, offsets, fileOffsets }, records);
   table.firstWrittenAt = first === undefined || Number.isNaN(first) ? null : first;
   table.lastWrittenAt = last ?? 0;
   table.lastUserPosition = lastUser === undefined || lastUser < 0 ? null : lastUser;

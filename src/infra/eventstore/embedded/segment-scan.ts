@@ -50,7 +50,7 @@ export interface ScanResult {
 }
 
 function addRecord(table: SegmentTable, record: RawRecord): void {
-  table.add(record.streamName, record.revision, record.position, record.fileOffset, record.writtenAt);
+  table.add(record.streamName, record.revision, record.position, record.writtenAt, record.fileOffset);
   if (record.streamName.startsWith('$$')) {
     const event = decodeEvent(record);
     const change = maxAgeChangeOf(record.streamName, event.type, event.data);

@@ -1,27 +1,28 @@
 /**
  * What one segment holds, record by record, without payloads: stream, revision, position
- * and file offset of each record, plus the $maxAge changes it makes. The active
- * segment's table grows with every commit; a sealed segment's table is saved as its
- * index checkpoint (segment-index-file.ts) and rebuilt from it at open instead of
- * scanning the segment.
+ * and (in compacted segments) file offset of each record, plus the $maxAge changes it
+ * makes. Positions are kept relative to the segment's base (32 bits: a segment is far
+ * smaller than 4 GiB). The active segment's table grows with every commit; a sealed
+ * segment's table is saved as its index checkpoint (segment-index-file.ts) and rebuilt
+ * from it at open instead of scanning the segment.
  */
 export interface MaxAgeChange {
   readonly target: string;
   readonly maxAge: number | null;
 }
 
-function grownFloat64(array: Float64Array, needed: number): Float64Array {
+function grown<T extends Float64Array | Uint32Array>(array: T, needed: number, make: (length: number) => T): T {
   if (needed <= array.length) return array;
-  const next = new Float64Array(Math.max(needed, array.length * 2));
+  const next = make(Math.max(needed, array.length * 2, 64));
   next.set(array);
   return next;
 }
 
-function grownUint32(array: Uint32Array, needed: number): Uint32Array {
-  if (needed <= array.length) return array;
-  const next = new Uint32Array(Math.max(needed, array.length * 2));
-  next.set(array);
-  return next;
+export interface TableColumns {
+  readonly refs: Uint32Array;
+  readonly revisions: Float64Array;
+  readonly offsets: Uint32Array;
+  readonly fileOffsets: Uint32Array;
 }
 
 export class SegmentTable {
@@ -29,8 +30,10 @@ export class SegmentTable {
   private readonly nameRefs = new Map<string, number>();
   refs: Uint32Array = new Uint32Array(64);
   revisions: Float64Array = new Float64Array(64);
-  positions: Float64Array = new Float64Array(64);
-  fileOffsets: Uint32Array = new Uint32Array(64);
+  /** Position − base of each record. */
+  offsets: Uint32Array = new Uint32Array(64);
+  /** Where each record starts in the file; filled only where it differs from `offsets` (compacted segments). */
+  fileOffsets: Uint32Array = new Uint32Array(0);
   count = 0;
   readonly maxAgeChanges: MaxAgeChange[] = [];
   firstWrittenAt: number | null = null;
@@ -41,7 +44,10 @@ export class SegmentTable {
   /** CRC-32 of those bytes, when known: lets open trust a checkpoint of the active segment. */
   coveredCrc: number | null = null;
 
-  constructor(coveredSize: number) {
+  constructor(
+    readonly base: number,
+    coveredSize: number,
+  ) {
     this.coveredSize = coveredSize;
   }
 
@@ -55,16 +61,22 @@ export class SegmentTable {
     return ref;
   }
 
-  add(streamName: string, revision: number, position: number, fileOffset: number, writtenAt: number): void {
+  positionAt(i: number): number {
+    return this.base + (this.offsets[i] ?? 0);
+  }
+
+  add(streamName: string, revision: number, position: number, writtenAt: number, fileOffset?: number): void {
     const i = this.count;
-    this.refs = grownUint32(this.refs, i + 1);
-    this.revisions = grownFloat64(this.revisions, i + 1);
-    this.positions = grownFloat64(this.positions, i + 1);
-    this.fileOffsets = grownUint32(this.fileOffsets, i + 1);
+    this.refs = grown(this.refs, i + 1, (n) => new Uint32Array(n));
+    this.revisions = grown(this.revisions, i + 1, (n) => new Float64Array(n));
+    this.offsets = grown(this.offsets, i + 1, (n) => new Uint32Array(n));
     this.refs[i] = this.refOf(streamName);
     this.revisions[i] = revision;
-    this.positions[i] = position;
-    this.fileOffsets[i] = fileOffset;
+    this.offsets[i] = position - this.base;
+    if (fileOffset !== undefined) {
+      this.fileOffsets = grown(this.fileOffsets, i + 1, (n) => new Uint32Array(n));
+      this.fileOffsets[i] = fileOffset;
+    }
     this.count = i + 1;
     this.firstWrittenAt ??= writtenAt;
     this.lastWrittenAt = Math.max(this.lastWrittenAt, writtenAt);
@@ -72,12 +84,12 @@ export class SegmentTable {
   }
 
   /** Loads whole columns at once (from an index checkpoint). */
-  fill(columns: { refs: Uint32Array; revisions: Float64Array; positions: Float64Array; fileOffsets: Uint32Array }): void {
+  fill(columns: TableColumns, count: number): void {
     this.refs = columns.refs;
     this.revisions = columns.revisions;
-    this.positions = columns.positions;
+    this.offsets = columns.offsets;
     this.fileOffsets = columns.fileOffsets;
-    this.count = columns.refs.length;
+    this.count = count;
   }
 
   addName(streamName: string): void {

@@ -11,6 +11,7 @@ import * as fs from 'node:fs/promises';
 import * as path from 'node:path';
 import { readFully } from './files';
 import { SEGMENT_HEADER_SIZE } from './record-format';
+import type { SegmentTable } from './segment-table';
 
 export const LEGACY_LOG_FILE_NAME = 'events.log';
 const SEGMENT_NAME = /^events-(\d{16})\.log$/;
@@ -28,9 +29,14 @@ export function segmentBaseOfName(name: string): number | null {
   return match === null ? null : Number(match[1]);
 }
 
+/** Position − base and file offset of every record of a compacted segment, in order. */
 interface CompactedLocator {
-  readonly positions: Float64Array;
+  readonly offsets: Uint32Array;
   readonly fileOffsets: Uint32Array;
+}
+
+export function locatorOf(table: SegmentTable): CompactedLocator {
+  return { offsets: table.offsets.subarray(0, table.count), fileOffsets: table.fileOffsets.subarray(0, table.count) };
 }
 
 export class Segment {
@@ -71,15 +77,15 @@ export class Segment {
   }
 
   /** Notes every record of a table at once (at open). */
-  noteTable(table: { readonly count: number; readonly positions: Float64Array; readonly firstWrittenAt: number | null }): void {
+  noteTable(table: SegmentTable): void {
     if (table.count === 0) return;
     if (this.compacted === null) {
       for (let i = this.recordCount === 0 ? 0 : SAMPLE_EVERY - (this.recordCount % SAMPLE_EVERY); i < table.count; i += SAMPLE_EVERY) {
-        this.samples.push(table.positions[i] ?? 0);
+        this.samples.push(table.positionAt(i));
       }
     }
     this.recordCount += table.count;
-    this.lastPosition = table.positions[table.count - 1] ?? null;
+    this.lastPosition = table.positionAt(table.count - 1);
     this.firstWrittenAt ??= table.firstWrittenAt;
   }
 
@@ -89,15 +95,17 @@ export class Segment {
       const offset = position - this.base;
       return offset >= SEGMENT_HEADER_SIZE && offset < this.size ? offset : null;
     }
-    const i = lowerBound(this.compacted.positions, this.compacted.positions.length, position);
-    return this.compacted.positions[i] === position ? (this.compacted.fileOffsets[i] ?? null) : null;
+    const { offsets, fileOffsets } = this.compacted;
+    const i = lowerBound(offsets, position - this.base);
+    return offsets[i] === position - this.base ? (fileOffsets[i] ?? null) : null;
   }
 
   /** A record boundary from which a scan meets every record whose position is above `after`. */
   scanStart(after: number): number {
     if (this.compacted !== null) {
-      const i = lowerBound(this.compacted.positions, this.compacted.positions.length, after + 1);
-      return i < this.compacted.positions.length ? (this.compacted.fileOffsets[i] ?? this.size) : this.size;
+      const { offsets, fileOffsets } = this.compacted;
+      const i = lowerBound(offsets, Math.max(0, after + 1 - this.base));
+      return fileOffsets[i] ?? this.size;
     }
     let low = 0;
     let high = this.samples.length - 1;
@@ -134,9 +142,9 @@ export class Segment {
   }
 }
 
-function lowerBound(values: Float64Array, count: number, value: number): number {
+function lowerBound(values: Uint32Array, value: number): number {
   let low = 0;
-  let high = count;
+  let high = values.length;
   while (low < high) {
     const middle = (low + high) >> 1;
     if ((values[middle] ?? 0) < value) low = middle + 1;

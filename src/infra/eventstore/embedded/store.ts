@@ -358,7 +358,7 @@ export class EmbeddedStoreCore implements EventStore {
     const sealedTable = this.activeTable;
     const handle = await createSegmentFile(this.directory, { base, generation: 0 });
     this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null)];
-    this.activeTable = new SegmentTable(SEGMENT_HEADER_SIZE);
+    this.activeTable = new SegmentTable(base, SEGMENT_HEADER_SIZE);
     this.activeTable.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
     this.recent.forget();
     sealedTable.coveredSize = sealed.size;
@@ -377,7 +377,7 @@ export class EmbeddedStoreCore implements EventStore {
       stream.durableCount += append.records.length;
       for (const record of append.records) {
         segment.noteRecord(record.position, record.writtenAt);
-        this.activeTable.add(append.streamName, record.revision, record.position, record.position - segment.base, record.writtenAt);
+        this.activeTable.add(append.streamName, record.revision, record.position, record.writtenAt);
         if (!append.streamName.startsWith('$')) this.index.lastUserPosition = record.position;
       }
       if (append.maxAgeChange !== null) {

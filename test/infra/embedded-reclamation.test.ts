@@ -168,6 +168,34 @@ describe('reclaiming expired heartbeats', () => {
     expect(seen.length).toBeLessThan(before.length);
   });
 
+  it('takes a long history in bulk with chosen written-at times (appendHistory), which reclamation then sees', async () => {
+    const hub = HUBS[0] as string;
+    const start = Date.parse('2026-01-01T00:00:00.000Z');
+    clock.now = start;
+    const store = await open();
+    await store.setStreamMaxAge(`heartbeat-${hub}`, 60);
+    const history = Array.from({ length: 3000 }, (_, i) => ({
+      streamName: i % 10 === 0 ? `device-${hub}` : `heartbeat-${hub}`,
+      events: [event(i % 10 === 0 ? 'DeviceUpdated' : 'HeartbeatReceived', start + i * 1000)],
+      // Times that go back are clamped: written-at never decreases along the log.
+      writtenAt: i === 2999 ? start : start + i * 1000,
+    }));
+
+    await store.appendHistory(history.slice(0, 1500));
+    await store.appendHistory(history.slice(1500));
+    clock.now = start + 3000 * 1000;
+
+    const all = await replay(store);
+    expect(all.map((e) => e.id)).toEqual(history.map((h) => h.events[0]?.id));
+    const visible = await readAll(store.readStream(`heartbeat-${hub}`));
+    // Heartbeats written in the last 60 s: entries 2940..2999 less the device events, the
+    // last one clamped to the time before it rather than going back to the start.
+    expect(visible.map((e) => e.revision)).toEqual(Array.from({ length: 54 }, (_, i) => BigInt(2646 + i)));
+    const result = await store.reclaimExpired();
+    expect(result.eventsReclaimed).toBeGreaterThan(2000);
+    expect((await replay(store)).filter((e) => e.streamName === `device-${hub}`)).toHaveLength(300);
+  });
+
   it('runs by itself right after open', async () => {
     const first = await open();
     await writeHeartbeatHistory(first, clock);

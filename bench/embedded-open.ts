@@ -100,7 +100,7 @@ async function main(): Promise<void> {
     }
     const { log, checkpoints } = bytesOnDisk(dir);
     process.stdout.write(`log ${(log / 1e6).toFixed(0)} MB (${(log / EVENTS).toFixed(0)} bytes per event), index checkpoints ${(checkpoints / 1e6).toFixed(0)} MB\n`);
-    report(`${kept === undefined ? EVENTS : 'the'} events`, await openTimes(dir));
+    report(kept === undefined ? `${EVENTS} events` : `the history in ${dir}`, await openTimes(dir));
   } finally {
     rmSync(empty, { recursive: true, force: true });
     if (kept === undefined) rmSync(dir, { recursive: true, force: true });

@@ -25,6 +25,11 @@ export class PositionList {
     this.items[this.end++] = value;
   }
 
+  /** Makes room for `extra` more items, so that pushing them never grows the array. */
+  reserve(extra: number): void {
+    if (this.end + extra > this.items.length) this.grow(extra);
+  }
+
   /** Drops the first `count` items. */
   dropFirst(count: number): void {
     this.start = Math.min(this.end, this.start + count);
@@ -54,7 +59,7 @@ export class PositionList {
 
   private grow(extra: number): void {
     const live = this.items.subarray(this.start, this.end);
-    const next = new Float64Array(Math.max(8, (live.length + extra) * 2));
+    const next = new Float64Array(Math.max(8, live.length * 2, live.length + extra));
     next.set(live);
     this.items = next;
     this.end = live.length;

@@ -43,6 +43,7 @@ export interface RecoveryOptions {
 
 export const COMPACTION_SUFFIX = '.compact';
 const CRC_CHUNK_SIZE = 4 * 1024 * 1024;
+const OPEN_CONCURRENCY = 8;
 
 /** Creates a segment file with its header, durably (the directory entry included). */
 export async function createSegmentFile(directory: string, header: SegmentHeader): Promise<fs.FileHandle> {
@@ -167,26 +168,51 @@ async function createFirstSegment(directory: string): Promise<void> {
   }
 }
 
+/**
+ * Runs `work` on each item, at most `limit` at a time; results in the order of the items.
+ * On a failure no new item starts, and it throws only once the started ones have ended.
+ */
+async function mapLimited<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array<R>(items.length);
+  const failures: unknown[] = [];
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length && failures.length === 0) {
+      const i = next++;
+      try {
+        results[i] = await work(items[i] as T);
+      } catch (error) {
+        failures.push(error);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  if (failures.length > 0) throw failures[0];
+  return results;
+}
+
 export async function openLog(directory: string, options: RecoveryOptions): Promise<OpenedLog> {
   let bases = await listSegmentBases(directory, options.log);
   if (bases.length === 0) {
     await createFirstSegment(directory);
     bases = [0];
   }
-  const segments: Segment[] = [];
-  const index = new LogIndex();
+  const opened: Array<{ segment: Segment; table: SegmentTable }> = [];
+  const keep = async (base: number, active: boolean): Promise<{ segment: Segment; table: SegmentTable }> => {
+    const result = await openSegment(directory, base, active, options);
+    opened.push(result);
+    return result;
+  };
   try {
-    let table: SegmentTable | null = null;
-    for (const [i, base] of bases.entries()) {
-      const opened = await openSegment(directory, base, i === bases.length - 1, options);
-      segments.push(opened.segment);
-      index.applyTable(opened.table, 0, opened.segment.file);
-      for (const change of opened.table.maxAgeChanges) index.applyMaxAge(change.target, change.maxAge);
-      table = opened.table;
-    }
-    return { segments, index, activeTable: table as SegmentTable };
+    // Sealed segments in parallel (their checkpoints are independent), the active one last.
+    const sealed = await mapLimited(bases.slice(0, -1), OPEN_CONCURRENCY, (base) => keep(base, false));
+    const active = await keep(bases[bases.length - 1] as number, true);
+    const all = [...sealed, active];
+    const index = new LogIndex();
+    index.applyTables(all.map(({ segment, table }) => ({ table, file: segment.file })));
+    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table };
   } catch (error) {
-    await Promise.all(segments.map((segment) => segment.handle.close()));
+    await Promise.all(opened.map(({ segment }) => segment.handle.close()));
     throw error;
   }
 }

@@ -140,6 +140,23 @@ describe('embedded log segments', () => {
     expect(notes).toEqual([`Event log: index checkpoint of ${active} not used (its checksum of the segment does not match); scanning the segment`]);
   });
 
+  it('keeps only a few dozen segment files open, however many segments a replay reads', async () => {
+    const openFiles = async (): Promise<number> => (await readdir('/proc/self/fd')).length;
+    const store = await openEmbeddedEventStore(dir, { segmentBytes: 1024, reclaimIntervalMs: 0 });
+    stores.push(store);
+    for (let round = 0; round < 40; round++) {
+      await Promise.all(Array.from({ length: 20 }, (_, i) => store.append(`stream-${i}`, [newEvent(`E${round}`)], 'any')));
+    }
+    const reopened = await reopen(store);
+    const before = await openFiles();
+
+    const events = await replay(reopened);
+
+    expect(events).toHaveLength(800);
+    expect((await filesEndingWith('.log')).length).toBeGreaterThan(150);
+    expect((await openFiles()) - before).toBeLessThanOrEqual(64);
+  });
+
   it('refuses damage in a sealed segment that has to be scanned', async () => {
     const store = await openStore();
     await fillSegments(store);

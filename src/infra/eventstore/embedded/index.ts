@@ -41,7 +41,7 @@ import { acquireLock } from './lock';
 import { resolveOptions, type EmbeddedEventStoreOptions } from './options';
 import { EmbeddedEventStore } from './reclamation';
 import { openLog, type TornTail } from './recovery';
-import { LEGACY_LOG_FILE_NAME } from './segment';
+import { HandlePool, LEGACY_LOG_FILE_NAME } from './segment';
 
 export { CorruptEventLogError, EventStoreLockedError, LOCK_FILE_NAME } from './errors';
 export { crc32Portable } from './crc32';
@@ -69,8 +69,9 @@ export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedE
   const releaseLock = await acquireLock(directory);
   try {
     const resolved = resolveOptions(options);
-    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log });
-    return new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, releaseLock);
+    const pool = new HandlePool();
+    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool });
+    return new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
   } catch (error) {
     await releaseLock();
     throw error;

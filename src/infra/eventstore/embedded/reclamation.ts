@@ -6,12 +6,11 @@
  * synchronous step. Only heartbeat streams are reclaimed, never their newest event, and
  * only what reads already hide (written before now − $maxAge).
  */
-import * as fs from 'node:fs/promises';
 import { errorMessage } from './files';
 import { compactSegment, type CompactedSegment, type ReclaimRule } from './compaction';
 import type { LogIndex } from './log-index';
 import type { ResolvedOptions } from './options';
-import { locatorOf, Segment } from './segment';
+import { locatorOf, Segment, type HandlePool } from './segment';
 import { writeSegmentIndex } from './segment-index-file';
 import type { SegmentTable } from './segment-table';
 import { EmbeddedStoreCore } from './store';
@@ -64,9 +63,10 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     index: LogIndex,
     activeTable: SegmentTable,
     options: ResolvedOptions,
+    pool: HandlePool,
     private readonly releaseLock: () => Promise<void>,
   ) {
-    super(directory, segments, index, activeTable, options);
+    super(directory, segments, index, activeTable, options, pool);
     if (options.reclaimIntervalMs > 0) {
       this.timers.push(setTimeout(() => this.reclaimInBackground(), 0), setInterval(() => this.reclaimInBackground(), options.reclaimIntervalMs));
       for (const timer of this.timers) timer.unref();
@@ -134,8 +134,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
   /** Step 5 of a compaction: readers move to the new file, the index forgets what was reclaimed. */
   private async swapIn(old: Segment, compacted: CompactedSegment): Promise<void> {
     const { table, header } = compacted;
-    const handle = await fs.open(old.file, 'r');
-    const segment = new Segment(this.directory, header.base, header.generation, handle, table.coveredSize, locatorOf(table));
+    const segment = new Segment(this.directory, header.base, header.generation, null, table.coveredSize, locatorOf(table), this.pool);
     segment.noteTable(table);
     this.segments = this.segments.map((s) => (s === old ? segment : s));
     for (const [streamName, revision] of compacted.reclaimedThrough) this.index.reclaimThrough(streamName, revision);

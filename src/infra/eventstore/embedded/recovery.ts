@@ -18,7 +18,7 @@ import { CorruptEventLogError } from './errors';
 import { errorCode, readFully, syncDirectory, writeFully } from './files';
 import { LogIndex } from './log-index';
 import { decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type SegmentHeader } from './record-format';
-import { locatorOf, Segment, segmentBaseOfName, segmentFileName } from './segment';
+import { locatorOf, Segment, segmentBaseOfName, segmentFileName, type HandlePool } from './segment';
 import { loadSegmentIndex, writeSegmentIndex } from './segment-index-file';
 import { scanSegment } from './segment-scan';
 import { SegmentTable } from './segment-table';
@@ -39,6 +39,7 @@ export interface OpenedLog {
 export interface RecoveryOptions {
   readonly onTornTail: (tail: TornTail) => void;
   readonly log: (message: string) => void;
+  readonly pool: HandlePool;
 }
 
 export const COMPACTION_SUFFIX = '.compact';
@@ -142,20 +143,22 @@ async function activeTable(handle: fs.FileHandle, file: string, header: SegmentH
   return { table, size: end };
 }
 
+/** Opens a segment; only the active one keeps its file open (sealed ones open theirs when read). */
 async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions): Promise<{ segment: Segment; table: SegmentTable }> {
   const file = path.join(directory, segmentFileName(base));
   const handle = await fs.open(file, active ? 'r+' : 'r');
+  let keepOpen = false;
   try {
     const { header, size } = await readHeader(handle, file, base, active);
     const opened = active ? await activeTable(handle, file, header, size, options) : { table: await sealedTable(handle, file, header, size, options.log), size };
     const { table } = opened;
     const locator = header.generation > 0 ? locatorOf(table) : null;
-    const segment = new Segment(directory, base, header.generation, handle, opened.size, locator);
+    const segment = new Segment(directory, base, header.generation, active ? handle : null, opened.size, locator, options.pool);
     segment.noteTable(table);
+    keepOpen = active;
     return { segment, table };
-  } catch (error) {
-    await handle.close();
-    throw error;
+  } finally {
+    if (!keepOpen) await handle.close();
   }
 }
 
@@ -212,7 +215,7 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
     index.applyTables(all.map(({ segment, table }) => ({ table, file: segment.file })));
     return { segments: all.map(({ segment }) => segment), index, activeTable: active.table };
   } catch (error) {
-    await Promise.all(opened.map(({ segment }) => segment.handle.close()));
+    await Promise.all(opened.map(({ segment }) => segment.retire()));
     throw error;
   }
 }

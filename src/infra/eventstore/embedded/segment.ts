@@ -6,6 +6,11 @@
  * near any position. A compacted segment keeps an exact table from position to file
  * offset. Reads are tracked so that a segment replaced by its compacted copy closes its
  * file only after the reads already under way have finished.
+ *
+ * A log that runs for years has thousands of (mostly compacted, small) segments, more than
+ * a process may keep files open: sealed segments open their file when read, and a
+ * HandlePool closes the least recently read ones beyond a few dozen. The active segment
+ * keeps the file it is written through.
  */
 import * as fs from 'node:fs/promises';
 import * as path from 'node:path';
@@ -39,6 +44,27 @@ export function locatorOf(table: SegmentTable): CompactedLocator {
   return { offsets: table.offsets.subarray(0, table.count), fileOffsets: table.fileOffsets.subarray(0, table.count) };
 }
 
+/** Keeps at most `limit` sealed segments' files open, closing the least recently read ones. */
+export class HandlePool {
+  private readonly recent = new Set<Segment>();
+
+  constructor(private readonly limit = 64) {}
+
+  touch(segment: Segment): void {
+    this.recent.delete(segment);
+    this.recent.add(segment);
+    if (this.recent.size <= this.limit) return;
+    for (const candidate of this.recent) {
+      if (this.recent.size <= this.limit) break;
+      if (candidate.closeIdle()) this.recent.delete(candidate);
+    }
+  }
+
+  forget(segment: Segment): void {
+    this.recent.delete(segment);
+  }
+}
+
 export class Segment {
   /** Bytes of complete, durable records (header included). */
   size: number;
@@ -48,16 +74,27 @@ export class Segment {
   retired = false;
   private readonly samples: number[] = [];
   private readonly inFlight = new Set<Promise<Buffer>>();
+  private reader: Promise<fs.FileHandle> | null;
+  private sealed = false;
 
+  /** `writer`: the open file of the active segment (null for a sealed one, opened when read). */
   constructor(
     readonly directory: string,
     readonly base: number,
     readonly generation: number,
-    readonly handle: fs.FileHandle,
+    private writer: fs.FileHandle | null,
     size: number,
     private readonly compacted: CompactedLocator | null,
+    private readonly pool: HandlePool,
   ) {
     this.size = size;
+    this.reader = writer === null ? null : Promise.resolve(writer);
+  }
+
+  /** The file to write appends through; only the active segment has one. */
+  get handle(): fs.FileHandle {
+    if (this.writer === null) throw new Error(`${this.file} is sealed`);
+    return this.writer;
   }
 
   get file(): string {
@@ -125,8 +162,10 @@ export class Segment {
 
   read(offset: number, length: number): Promise<Buffer> {
     if (this.retired) return Promise.reject(new Error('segment was replaced'));
-    const read = readFully(this.handle, offset, length);
+    this.reader ??= fs.open(this.file, 'r');
+    const read = this.reader.then((handle) => readFully(handle, offset, length));
     this.inFlight.add(read);
+    if (this.writer === null || this.sealed) this.pool.touch(this);
     const forget = (): void => {
       this.inFlight.delete(read);
     };
@@ -134,11 +173,32 @@ export class Segment {
     return read;
   }
 
+  /** No more appends go here: from now on its file may be closed while unused. */
+  seal(): void {
+    this.sealed = true;
+    this.pool.touch(this);
+  }
+
+  /** Closes a sealed segment's file if no read is under way (the next read opens it again). */
+  closeIdle(): boolean {
+    if (this.reader === null) return true;
+    if ((this.writer !== null && !this.sealed) || this.inFlight.size > 0) return false;
+    const reader = this.reader;
+    this.reader = null;
+    this.writer = null;
+    void reader.then((handle) => handle.close()).catch(() => undefined);
+    return true;
+  }
+
   /** Closes the file once the reads under way have finished. */
   async retire(): Promise<void> {
     this.retired = true;
+    this.pool.forget(this);
     await Promise.allSettled([...this.inFlight]);
-    await this.handle.close();
+    const reader = this.reader;
+    this.reader = null;
+    if (this.writer !== null) await this.writer.close();
+    else if (reader !== null) await (await reader.catch(() => null))?.close();
   }
 }
 

@@ -22,7 +22,7 @@ import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, mar
 import { readRecordAt, type ReadAt } from './record-cursor';
 import { createSegmentFile } from './recovery';
 import { RecentCommits } from './recent-commits';
-import { Segment } from './segment';
+import { Segment, type HandlePool } from './segment';
 import { writeSegmentIndex } from './segment-index-file';
 import { maxAgeChangeOf } from './segment-scan';
 import { SegmentTable } from './segment-table';
@@ -113,6 +113,7 @@ export class EmbeddedStoreCore implements EventStore {
     protected readonly index: LogIndex,
     private activeTable: SegmentTable,
     protected readonly options: ResolvedOptions,
+    protected readonly pool: HandlePool,
   ) {
     this.now = options.now;
     const active = this.active();
@@ -357,10 +358,11 @@ export class EmbeddedStoreCore implements EventStore {
     const sealed = this.active();
     const sealedTable = this.activeTable;
     const handle = await createSegmentFile(this.directory, { base, generation: 0 });
-    this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null)];
+    this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, this.pool)];
     this.activeTable = new SegmentTable(base, SEGMENT_HEADER_SIZE);
     this.activeTable.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
     this.recent.forget();
+    sealed.seal();
     sealedTable.coveredSize = sealed.size;
     const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false).catch((error: unknown) =>
       this.options.log(`Event log: could not write the index checkpoint of ${sealed.file} (${errorMessage(error)}); the next open scans it`),

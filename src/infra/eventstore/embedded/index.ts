@@ -5,7 +5,8 @@
  *   events.log, events-<base>.log   segments, in order of base (the global position of
  *                                   their first byte); events.log is the first, and the
  *                                   whole log of versions before segments
- *   <segment>.idx                   index checkpoint of a sealed segment (a cache)
+ *   <segment>.idx                   index checkpoint of a segment (a cache; the active
+ *                                   segment's is written at close)
  *   <segment>.compact               a compaction in progress (removed at open)
  *   events.lock                     held by the process that has the store open
  *
@@ -16,10 +17,12 @@
  * written and never changes, also when compaction moves the record: positions grow, with
  * gaps. Formats: record-format.ts (records, headers), value-codec.ts (payloads).
  *
- * Open reads each sealed segment's index checkpoint instead of the segment, and scans only
- * the active segment (at most `segmentBytes`, 8 MiB), so its cost does not grow with the
- * history. A log of earlier versions (one events.log of any length) is scanned once,
- * then sealed at the first append.
+ * Open reads each sealed segment's index checkpoint instead of the segment, and of the
+ * active segment (at most `segmentBytes`, 8 MiB) only what its checkpoint from close does
+ * not cover (all of it after a crash), so its cost does not grow with the history: 5
+ * million events open in about 0.4 s (`npm run bench:embedded-open`). A log of earlier
+ * versions (one events.log of any length) is scanned once, then sealed at the first
+ * append. Sealed segments open their file only when read, at most 64 at a time.
  *
  * Retention (reclamation.ts, compaction.ts): events of `heartbeat-<uuid>` streams written
  * before now − the stream's $maxAge (set at device registration from

@@ -1,4 +1,4 @@
-import { copyFile, mkdtemp, open, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, open, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CorruptEventLogError, EVENT_LOG_FILE_NAME, openEmbeddedEventStore, type EmbeddedEventStore } from '../../src/infra/eventstore/embedded';
@@ -155,6 +155,32 @@ describe('embedded log segments', () => {
     expect(events).toHaveLength(800);
     expect((await filesEndingWith('.log')).length).toBeGreaterThan(150);
     expect((await openFiles()) - before).toBeLessThanOrEqual(64);
+  });
+
+  it.each([
+    ['before its header was written', 0],
+    ['in the middle of its header', 9],
+    ['right after its header', 16],
+  ])('recovers from a crash while starting a new segment, %s', async (_, headerBytes) => {
+    const store = await openStore();
+    const events = await fillSegments(store);
+    await store.close();
+    stores.splice(0);
+    // The state a crash leaves: the segment before was synced whole, but its checkpoint is
+    // not written yet; the new segment's file exists with only part of its header.
+    const segments = await filesEndingWith('.log');
+    const [sealed, active] = segments.slice(-2) as [string, string];
+    await rm(join(dir, `${sealed}.idx`));
+    await rm(join(dir, `${active}.idx`));
+    const inActive = events.filter((e) => e.position.commit >= BigInt(Number(active.slice(7, 23))));
+    await writeFile(join(dir, active), (await readFile(join(dir, active))).subarray(0, headerBytes));
+
+    const reopened = await openStore();
+
+    expect(await replay(reopened)).toEqual(events.slice(0, events.length - inActive.length));
+    expect(notes).toEqual([`Event log: index checkpoint of ${sealed} not used (missing); scanning the segment`]);
+    await reopened.append('stream-0', [newEvent('After')], 'any');
+    expect((await replay(await reopen(reopened))).at(-1)?.type).toBe('After');
   });
 
   it('refuses damage in a sealed segment that has to be scanned', async () => {

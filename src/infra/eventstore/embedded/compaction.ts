@@ -33,6 +33,9 @@ import type { Segment } from './segment';
 import { maxAgeChangeOf } from './segment-scan';
 import { SegmentTable } from './segment-table';
 
+/** Records decoded between two turns given back to the event loop (about a millisecond). */
+const YIELD_EVERY_RECORDS = 500;
+
 export type CompactionStep = 'temporary-written' | 'temporary-synced' | 'renamed' | 'directory-synced' | 'index-written';
 
 /** Called after each step; tests crash or fail there. */
@@ -85,7 +88,9 @@ async function filterRecords(segment: Segment, rules: ReadonlyMap<string, Reclai
   const parts: Buffer[] = [encodeSegmentHeader({ base: segment.base, generation: segment.generation + 1 })];
   const reclaimedThrough = new Map<string, number>();
   let eventsReclaimed = 0;
-  for (let offset = SEGMENT_HEADER_SIZE; offset < segment.size; ) {
+  for (let offset = SEGMENT_HEADER_SIZE, seen = 0; offset < segment.size; seen++) {
+    // Let appends and reads run between short slices of this work.
+    if (seen % YIELD_EVERY_RECORDS === 0) await new Promise((resolve) => setImmediate(resolve));
     const result = await cursor.decodeAt(offset);
     if (result.kind !== 'ok') throw new Error(`${segment.file}: record at byte ${offset} is unreadable; not compacting it`);
     const record = result.record;

@@ -12,8 +12,10 @@
  *
  * Guarantees: an append is acknowledged only once it is on disk (fsync; concurrent appends
  * share one: group commit). At open a torn tail of the active segment (an append that was
- * never acknowledged) is dropped, multi-event appends whole; any other damage is refused
- * with CorruptEventLogError. A position is `base + offset` of where its record was first
+ * never acknowledged) is dropped, multi-event appends whole; other damage is refused with
+ * CorruptEventLogError where open reads (the active segment, segments without a usable
+ * checkpoint), and by the read that meets it elsewhere (a record whose checksum fails is
+ * never handed out). A position is `base + offset` of where its record was first
  * written and never changes, also when compaction moves the record: positions grow, with
  * gaps. Formats: record-format.ts (records, headers), value-codec.ts (payloads).
  *

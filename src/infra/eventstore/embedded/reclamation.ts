@@ -37,18 +37,44 @@ export function reclaimRules(index: LogIndex, now: number): Map<string, ReclaimR
   return rules;
 }
 
-/** Whether a sealed segment holds an event that a rule reclaims (from the index alone). */
-function holdsReclaimable(index: LogIndex, segment: Segment, rules: ReadonlyMap<string, ReclaimRule>): boolean {
-  if (segment.lastPosition === null || segment.firstWrittenAt === null) return false;
-  for (const [name, rule] of rules) {
-    if (segment.firstWrittenAt >= rule.cutoff) continue;
-    const stream = index.streams.get(name);
-    if (stream === undefined) continue;
-    const lastReclaimable = stream.positions.at(rule.newestRevision - 1 - stream.firstRevision);
-    const position = stream.positions.at(stream.positions.lowerBound(segment.base));
-    if (lastReclaimable !== undefined && position !== undefined && position <= segment.lastPosition && position <= lastReclaimable) return true;
+/** Index of the segment holding `position` (the greatest base at or below it). */
+function segmentIndexOf(segments: readonly Segment[], position: number): number {
+  let low = 0;
+  let high = segments.length - 1;
+  let found = 0;
+  while (low <= high) {
+    const middle = (low + high) >> 1;
+    if ((segments[middle] as Segment).base <= position) {
+      found = middle;
+      low = middle + 1;
+    } else {
+      high = middle - 1;
+    }
   }
-  return false;
+  return found;
+}
+
+/**
+ * The sealed segments (oldest first) that hold an event some rule reclaims, from the index
+ * alone. Per stream only the segments from its oldest event up to the first segment
+ * written after its cutoff are looked at: a few per run once the log is in steady state.
+ */
+export function segmentsToCompact(index: LogIndex, sealed: readonly Segment[], rules: ReadonlyMap<string, ReclaimRule>): Segment[] {
+  const chosen = new Set<Segment>();
+  for (const [name, rule] of rules) {
+    const stream = index.streams.get(name);
+    const first = stream?.positions.at(0);
+    const lastReclaimable = stream?.positions.at(rule.newestRevision - 1 - (stream?.firstRevision ?? 0));
+    if (stream === undefined || first === undefined || lastReclaimable === undefined || sealed.length === 0) continue;
+    for (let i = segmentIndexOf(sealed, first); i < sealed.length; i++) {
+      const segment = sealed[i] as Segment;
+      if (segment.base > lastReclaimable || segment.firstWrittenAt === null || segment.firstWrittenAt >= rule.cutoff) break;
+      if (chosen.has(segment) || segment.lastPosition === null) continue;
+      const position = stream.positions.at(stream.positions.lowerBound(segment.base));
+      if (position !== undefined && position <= segment.lastPosition && position <= lastReclaimable) chosen.add(segment);
+    }
+  }
+  return sealed.filter((segment) => chosen.has(segment));
 }
 
 export class EmbeddedEventStore extends EmbeddedStoreCore {
@@ -116,7 +142,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     const bytesBefore = this.totalBytes();
     const rules = reclaimRules(this.index, this.now());
     // Oldest first, so each stream always loses a prefix of its events.
-    const candidates = this.segments.slice(0, -1).filter((segment) => holdsReclaimable(this.index, segment, rules));
+    const candidates = segmentsToCompact(this.index, this.segments.slice(0, -1), rules);
     let segmentsCompacted = 0;
     let eventsReclaimed = 0;
     for (const segment of candidates) {

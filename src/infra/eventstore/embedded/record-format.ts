@@ -24,7 +24,7 @@
  */
 import type { EventMetadata } from '../../../domain/messages';
 import type { NewEvent } from '../port';
-import { restoreMetadata, trimMetadata, isStoredMetadata } from '../stored-metadata';
+import { restoreMetadata, isStoredMetadata } from '../stored-metadata';
 import { crc32 } from './crc32';
 import { ByteReader, ByteWriter, readString, readValue, writeString, writeValue } from './value-codec';
 
@@ -121,25 +121,31 @@ function readStreamName(input: ByteReader): string {
   return prefix + input.uuid();
 }
 
+/** Metadata as stored-metadata.ts trims it: causation and correlation ids only where they differ from the request id. */
 function writePayload(out: ByteWriter, event: NewEvent | StoredEvent): void {
   writeString(out, event.id);
   writeString(out, event.type);
   writeValue(out, event.data, true);
-  const metadata = trimMetadata(event.metadata);
-  writeString(out, metadata.occurredAt);
-  writeString(out, metadata.actor.type);
-  writeString(out, metadata.actor.id);
-  writeString(out, metadata.requestId);
-  const extras = (metadata.causationId !== undefined ? EXTRA_CAUSATION : 0) | (metadata.correlationId !== undefined ? EXTRA_CORRELATION : 0);
+  const { occurredAt, actor, requestId, causationId, correlationId } = event.metadata;
+  writeString(out, occurredAt);
+  writeString(out, actor.type);
+  writeString(out, actor.id);
+  writeString(out, requestId);
+  const extras = (causationId !== requestId ? EXTRA_CAUSATION : 0) | (correlationId !== requestId ? EXTRA_CORRELATION : 0);
   out.u8(extras);
-  if (metadata.causationId !== undefined) writeString(out, metadata.causationId);
-  if (metadata.correlationId !== undefined) writeString(out, metadata.correlationId);
+  if (extras & EXTRA_CAUSATION) writeString(out, causationId);
+  if (extras & EXTRA_CORRELATION) writeString(out, correlationId);
 }
+
+const recordWriter = new ByteWriter();
+const FIXED_PART_PLACEHOLDER = Buffer.alloc(RECORD_PREFIX_SIZE + COMPACT_FIXED_SIZE);
 
 /** One record in the compact format, checksum included. */
 export function encodeRecord(fields: RecordFields): Buffer {
-  const out = new ByteWriter();
-  out.bytes(Buffer.alloc(RECORD_PREFIX_SIZE + COMPACT_FIXED_SIZE));
+  // One writer for every record (encoding is synchronous); each record is copied out of it.
+  const out = recordWriter;
+  out.length = 0;
+  out.bytes(FIXED_PART_PLACEHOLDER);
   out.varuint(fields.revision);
   writeStreamName(out, fields.streamName);
   writePayload(out, fields.event);

@@ -90,7 +90,9 @@ function expectedFirstRevision(expected: ExpectedRevision, currentCount: number)
   }
 }
 
-function revisionCount(stream: StreamIndex | undefined): number {
+/** How many events the stream has had (reserved ones included): the revision of its next. */
+function currentCountOf(index: LogIndex, streamName: string): number {
+  const stream = index.streams.get(streamName);
   return stream === undefined ? 0 : stream.firstRevision + stream.positions.length;
 }
 
@@ -137,37 +139,53 @@ export class EmbeddedStoreCore implements EventStore {
    * that they never decrease along the log. Expectations are 'any'.
    */
   async appendHistory(appends: readonly HistoricalAppend[]): Promise<void> {
-    await Promise.all(appends.map((append) => this.reserve(append.streamName, append.events, 'any', append.writtenAt)));
+    // One promise for the lot: commits resolve in order, so the last one answers for all.
+    await new Promise<void>((resolve, reject) => {
+      const ignore = (): void => undefined;
+      for (const [i, append] of appends.entries()) {
+        const done = i === appends.length - 1 ? () => resolve() : ignore;
+        this.enqueue(append.streamName, append.events, currentCountOf(this.index, append.streamName), append.writtenAt, done, reject);
+      }
+      if (appends.length === 0) resolve();
+    });
   }
 
   private reserve(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision, now: number): Promise<AppendResult> {
     this.assertWritable();
     if (events.length === 0) throw new Error('An append needs at least one event');
-    const stream = this.index.streams.get(streamName);
-    const currentCount = revisionCount(stream);
+    const currentCount = currentCountOf(this.index, streamName);
     const firstRevision = expectedFirstRevision(expected, currentCount);
     if (firstRevision !== currentCount) return this.retriedAppendOrConflict(streamName, events, expected, currentCount, firstRevision);
+    return new Promise<AppendResult>((resolve, reject) => this.enqueue(streamName, events, currentCount, now, resolve, reject));
+  }
 
+  /** Reserves positions for an append whose expectation holds and queues it for the next group commit. */
+  private enqueue(
+    streamName: string,
+    events: readonly NewEvent[],
+    currentCount: number,
+    now: number,
+    resolve: (result: AppendResult) => void,
+    reject: (error: Error) => void,
+  ): void {
+    this.assertWritable();
+    if (events.length === 0) throw new Error('An append needs at least one event');
     const writtenAt = Math.max(now, this.index.lastWrittenAt);
     const encoded = this.encodeAppend(streamName, events, currentCount, writtenAt);
     this.index.lastWrittenAt = writtenAt;
     const positions = this.index.stream(streamName).positions;
     for (const record of encoded.records) positions.push(record.position);
     const lastEvent = events[events.length - 1] as NewEvent;
-    return new Promise<AppendResult>((resolve, reject) => {
-      this.queue.push({
-        ...encoded,
-        streamName,
-        result: {
-          nextExpectedRevision: BigInt(currentCount + events.length - 1),
-          position: positionAt((encoded.records[encoded.records.length - 1] as ReservedRecord).position),
-        },
-        maxAgeChange: maxAgeChangeOf(streamName, lastEvent.type, lastEvent.data),
-        resolve,
-        reject,
-      });
-      this.scheduleFlush();
+    const lastPosition = (encoded.records[encoded.records.length - 1] as ReservedRecord).position;
+    this.queue.push({
+      ...encoded,
+      streamName,
+      result: { nextExpectedRevision: BigInt(currentCount + events.length - 1), position: positionAt(lastPosition) },
+      maxAgeChange: maxAgeChangeOf(streamName, lastEvent.type, lastEvent.data),
+      resolve,
+      reject,
     });
+    this.scheduleFlush();
   }
 
   /** Encodes an append at the reserved end, first starting a new segment if the active one is full. */

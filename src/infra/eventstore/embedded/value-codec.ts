@@ -76,6 +76,11 @@ const TIMESTAMP_PATTERN = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 /** Integers up to this magnitude are varints; larger ones keep their float form. */
 const MAX_VARINT_INTEGER = 2 ** 52;
 
+/** Value of a lowercase hex digit's character code. */
+function hexDigit(code: number): number {
+  return code <= 57 ? code - 48 : code - 87;
+}
+
 /** Appends bytes to a growing buffer. */
 export class ByteWriter {
   private buffer = Buffer.allocUnsafe(256);
@@ -124,8 +129,13 @@ export class ByteWriter {
     this.length += size;
   }
 
+  /** 16 bytes of a canonical lowercase UUID (checked by the caller), parsed without allocating. */
   uuid(value: string): void {
-    this.bytes(Buffer.from(value.replace(/-/g, ''), 'hex'));
+    this.reserve(16);
+    for (let i = 0; i < 36; i += 2) {
+      if (i === 8 || i === 13 || i === 18 || i === 23) i++;
+      this.buffer[this.length++] = (hexDigit(value.charCodeAt(i)) << 4) | hexDigit(value.charCodeAt(i + 1));
+    }
   }
 
   /** A view of what was written (valid until the next write). */

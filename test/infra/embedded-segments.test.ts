@@ -210,6 +210,9 @@ describe('embedded log segments', () => {
     const store = await openStore();
     const events = await replay(store);
 
+    // Larger than a segment: sealed at once with a checkpoint, so the next open need not check it all.
+    expect(await filesEndingWith('.idx')).toEqual([`${EVENT_LOG_FILE_NAME}.idx`]);
+    expect(await filesEndingWith('.log')).toHaveLength(2);
     expect(events.map((e) => [e.streamName, Number(e.revision), Number(e.position.commit), e.data, e.metadata])).toEqual(
       appends.map((a, i) => [a.streamName, a.revision, positions[i], a.event.data, a.event.metadata]),
     );

@@ -75,7 +75,7 @@ export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedE
   try {
     const resolved = resolveOptions(options);
     const pool = new HandlePool();
-    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool });
+    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes });
     return new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
   } catch (error) {
     await releaseLock();

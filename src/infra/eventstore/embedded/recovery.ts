@@ -40,6 +40,8 @@ export interface RecoveryOptions {
   readonly onTornTail: (tail: TornTail) => void;
   readonly log: (message: string) => void;
   readonly pool: HandlePool;
+  /** An active segment beyond this size (a single-file log of earlier versions) is sealed at open. */
+  readonly segmentBytes: number;
 }
 
 export const COMPACTION_SUFFIX = '.compact';
@@ -172,6 +174,22 @@ async function createFirstSegment(directory: string): Promise<void> {
 }
 
 /**
+ * Seals an active segment that is already full (the whole log of an earlier version, say),
+ * so that later opens read its checkpoint instead of checking all of it; returns the new,
+ * empty active segment.
+ */
+async function sealOversized(directory: string, full: { segment: Segment; table: SegmentTable }, pool: HandlePool): Promise<{ segment: Segment; table: SegmentTable }> {
+  const { segment, table } = full;
+  await writeSegmentIndex(segment.file, segment, table, false);
+  segment.seal();
+  const base = segment.base + segment.size;
+  const handle = await createSegmentFile(directory, { base, generation: 0 });
+  const next = new SegmentTable(base, SEGMENT_HEADER_SIZE);
+  next.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
+  return { segment: new Segment(directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, pool), table: next };
+}
+
+/**
  * Runs `work` on each item, at most `limit` at a time; results in the order of the items.
  * On a failure no new item starts, and it throws only once the started ones have ended.
  */
@@ -209,8 +227,13 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
   try {
     // Sealed segments in parallel (their checkpoints are independent), the active one last.
     const sealed = await mapLimited(bases.slice(0, -1), OPEN_CONCURRENCY, (base) => keep(base, false));
-    const active = await keep(bases[bases.length - 1] as number, true);
+    let active = await keep(bases[bases.length - 1] as number, true);
     const all = [...sealed, active];
+    if (active.segment.size > options.segmentBytes) {
+      active = await sealOversized(directory, active, options.pool);
+      opened.push(active);
+      all.push(active);
+    }
     const index = new LogIndex();
     index.applyTables(all.map(({ segment, table }) => ({ table, file: segment.file })));
     return { segments: all.map(({ segment }) => segment), index, activeTable: active.table };

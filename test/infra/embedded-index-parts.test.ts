@@ -80,6 +80,19 @@ describe('segment index checkpoints', () => {
     expect(Array.from(t.fileOffsets.subarray(0, compacted ? t.count : 0))).toEqual(Array.from(written.fileOffsets.subarray(0, compacted ? written.count : 0)));
   });
 
+  it('keeps positions and file offsets beyond 4 GiB (a single-file log of an earlier version can be that long)', async () => {
+    const file = join(dir, 'events.log');
+    const big = new SegmentTable(0, 16);
+    big.add('stream-1', 0, 5_000_000_016, 1_700_000_000_000, 6_000_000_000);
+    big.coveredSize = 6_000_000_200;
+    await writeSegmentIndex(file, { base: 0, generation: 1 }, big, true);
+
+    const loaded = await loadSegmentIndex(file, { base: 0, generation: 1 }, big.coveredSize);
+
+    if (!('table' in loaded)) throw new Error(loaded.problem);
+    expect([loaded.table.positionAt(0), loaded.table.fileOffsets[0]]).toEqual([5_000_000_016, 6_000_000_000]);
+  });
+
   it('says why a checkpoint cannot be used', async () => {
     const file = join(dir, 'events.log');
     const written = table(0, false);

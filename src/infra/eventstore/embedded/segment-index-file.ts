@@ -13,7 +13,7 @@
  * $maxAge change count, first and last written-at, last user event position, has offsets,
  * CRC-32 of the covered bytes or -1),
  * names, $maxAge changes, padding to an 8-byte boundary, then the columns revisions f64,
- * stream refs u32, position − base u32 and (compacted segments only) file offsets u32.
+ * position − base f64, (compacted segments only) file offsets f64 and stream refs u32.
  */
 import * as fs from 'node:fs/promises';
 import { crc32 } from './crc32';
@@ -64,9 +64,9 @@ function encodeIndex(segment: IndexedSegment, table: SegmentTable, withOffsets: 
   // Columns start 8-byte aligned in the file, so open can use them where they were read.
   out.bytes(Buffer.alloc((8 - ((PREFIX_SIZE + out.length) % 8)) % 8));
   out.bytes(columnBytes(table.revisions, table.count));
-  out.bytes(columnBytes(table.refs, table.count));
   out.bytes(columnBytes(table.offsets, table.count));
   if (withOffsets) out.bytes(columnBytes(table.fileOffsets, table.count));
+  out.bytes(columnBytes(table.refs, table.count));
   const body = out.view();
   const prefix = Buffer.alloc(PREFIX_SIZE);
   INDEX_MAGIC.copy(prefix);
@@ -123,9 +123,9 @@ function decodeIndex(bytes: Buffer, segment: IndexedSegment, segmentSize: number
   input.at += (8 - ((PREFIX_SIZE + input.at) % 8)) % 8;
   const records = count ?? 0;
   const revisions = float64Column(input, body, records);
+  const offsets = float64Column(input, body, records);
+  const fileOffsets = withOffsets === 1 ? float64Column(input, body, records) : new Float64Array(0);
   const refs = uint32Column(input, body, records);
-  const offsets = uint32Column(input, body, records);
-  const fileOffsets = withOffsets === 1 ? uint32Column(input, body, records) : new Uint32Array(0);
   table.fill({ refs, revisions, offsets, fileOffsets }, records);
   table.firstWrittenAt = first === undefined || Number.isNaN(first) ? null : first;
   table.lastWrittenAt = last ?? 0;

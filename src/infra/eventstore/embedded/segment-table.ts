@@ -1,8 +1,8 @@
 /**
  * What one segment holds, record by record, without payloads: stream, revision, position
  * and (in compacted segments) file offset of each record, plus the $maxAge changes it
- * makes. Positions are kept relative to the segment's base (32 bits: a segment is far
- * smaller than 4 GiB). The active segment's table grows with every commit; a sealed
+ * makes. Positions are kept relative to the segment's base (doubles: a single-file log of
+ * an earlier version can be one segment of many GiB). The active segment's table grows with every commit; a sealed
  * segment's table is saved as its index checkpoint (segment-index-file.ts) and rebuilt
  * from it at open instead of scanning the segment.
  */
@@ -21,8 +21,8 @@ function grown<T extends Float64Array | Uint32Array>(array: T, needed: number, m
 export interface TableColumns {
   readonly refs: Uint32Array;
   readonly revisions: Float64Array;
-  readonly offsets: Uint32Array;
-  readonly fileOffsets: Uint32Array;
+  readonly offsets: Float64Array;
+  readonly fileOffsets: Float64Array;
 }
 
 export class SegmentTable {
@@ -31,9 +31,9 @@ export class SegmentTable {
   refs: Uint32Array = new Uint32Array(64);
   revisions: Float64Array = new Float64Array(64);
   /** Position − base of each record. */
-  offsets: Uint32Array = new Uint32Array(64);
+  offsets: Float64Array = new Float64Array(64);
   /** Where each record starts in the file; filled only where it differs from `offsets` (compacted segments). */
-  fileOffsets: Uint32Array = new Uint32Array(0);
+  fileOffsets: Float64Array = new Float64Array(0);
   count = 0;
   readonly maxAgeChanges: MaxAgeChange[] = [];
   firstWrittenAt: number | null = null;
@@ -69,12 +69,12 @@ export class SegmentTable {
     const i = this.count;
     this.refs = grown(this.refs, i + 1, (n) => new Uint32Array(n));
     this.revisions = grown(this.revisions, i + 1, (n) => new Float64Array(n));
-    this.offsets = grown(this.offsets, i + 1, (n) => new Uint32Array(n));
+    this.offsets = grown(this.offsets, i + 1, (n) => new Float64Array(n));
     this.refs[i] = this.refOf(streamName);
     this.revisions[i] = revision;
     this.offsets[i] = position - this.base;
     if (fileOffset !== undefined) {
-      this.fileOffsets = grown(this.fileOffsets, i + 1, (n) => new Uint32Array(n));
+      this.fileOffsets = grown(this.fileOffsets, i + 1, (n) => new Float64Array(n));
       this.fileOffsets[i] = fileOffset;
     }
     this.count = i + 1;

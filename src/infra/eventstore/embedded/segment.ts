@@ -36,8 +36,8 @@ export function segmentBaseOfName(name: string): number | null {
 
 /** Position − base and file offset of every record of a compacted segment, in order. */
 interface CompactedLocator {
-  readonly offsets: Uint32Array;
-  readonly fileOffsets: Uint32Array;
+  readonly offsets: Float64Array;
+  readonly fileOffsets: Float64Array;
 }
 
 export function locatorOf(table: SegmentTable): CompactedLocator {
@@ -202,7 +202,7 @@ export class Segment {
   }
 }
 
-function lowerBound(values: Uint32Array, value: number): number {
+function lowerBound(values: Float64Array, value: number): number {
   let low = 0;
   let high = values.length;
   while (low < high) {

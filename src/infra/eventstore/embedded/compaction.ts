@@ -35,6 +35,7 @@ import { SegmentTable } from './segment-table';
 
 /** Records decoded between two turns given back to the event loop (about a millisecond). */
 const YIELD_EVERY_RECORDS = 500;
+const WRITE_CHUNK_SIZE = 4 * 1024 * 1024;
 
 export type CompactionStep = 'temporary-written' | 'temporary-synced' | 'renamed' | 'directory-synced' | 'index-written';
 
@@ -75,17 +76,39 @@ function keptBytes(record: RawRecord): Buffer {
   return bytes;
 }
 
+/** Writes the compacted copy in chunks as it is produced: a segment may be many GiB. */
+class ChunkedFileWriter {
+  private parts: Buffer[] = [];
+  private buffered = 0;
+  private written = 0;
+
+  constructor(private readonly handle: fs.FileHandle) {}
+
+  async add(bytes: Buffer): Promise<void> {
+    this.parts.push(bytes);
+    this.buffered += bytes.length;
+    if (this.buffered >= WRITE_CHUNK_SIZE) await this.flush();
+  }
+
+  async flush(): Promise<void> {
+    const chunk = Buffer.concat(this.parts);
+    this.parts = [];
+    this.buffered = 0;
+    await writeFully(this.handle, chunk, this.written);
+    this.written += chunk.length;
+  }
+}
+
 interface Filtered {
-  readonly parts: Buffer[];
   readonly table: SegmentTable;
   readonly reclaimedThrough: Map<string, number>;
   readonly eventsReclaimed: number;
 }
 
-async function filterRecords(segment: Segment, rules: ReadonlyMap<string, ReclaimRule>): Promise<Filtered> {
+async function filterRecords(segment: Segment, rules: ReadonlyMap<string, ReclaimRule>, output: ChunkedFileWriter): Promise<Filtered> {
   const cursor = new RecordCursor((o, l) => segment.read(o, l), segment.base, segment.size, SCAN_CHUNK_SIZE);
   const table = new SegmentTable(segment.base, SEGMENT_HEADER_SIZE);
-  const parts: Buffer[] = [encodeSegmentHeader({ base: segment.base, generation: segment.generation + 1 })];
+  await output.add(encodeSegmentHeader({ base: segment.base, generation: segment.generation + 1 }));
   const reclaimedThrough = new Map<string, number>();
   let eventsReclaimed = 0;
   for (let offset = SEGMENT_HEADER_SIZE, seen = 0; offset < segment.size; seen++) {
@@ -103,33 +126,39 @@ async function filterRecords(segment: Segment, rules: ReadonlyMap<string, Reclai
     const bytes = keptBytes(record);
     table.add(record.streamName, record.revision, record.position, record.writtenAt, table.coveredSize);
     table.coveredSize += bytes.length;
-    parts.push(bytes);
+    await output.add(bytes);
     if (record.streamName.startsWith('$$')) {
       const event = decodeEvent(record);
       const change = maxAgeChangeOf(record.streamName, event.type, event.data);
       if (change !== null) table.maxAgeChanges.push(change);
     }
   }
-  return { parts, table, reclaimedThrough, eventsReclaimed };
+  await output.flush();
+  return { table, reclaimedThrough, eventsReclaimed };
 }
 
-/** Steps 1–4 above; null when the segment holds nothing to reclaim (nothing is written). */
+/** Steps 1–4 above; null when the segment holds nothing to reclaim (its copy is dropped). */
 export async function compactSegment(
   segment: Segment,
   rules: ReadonlyMap<string, ReclaimRule>,
   hook: CompactionHook,
 ): Promise<CompactedSegment | null> {
-  const filtered = await filterRecords(segment, rules);
-  if (filtered.eventsReclaimed === 0) return null;
   const header = { base: segment.base, generation: segment.generation + 1 };
   const temporary = `${segment.file}${COMPACTION_SUFFIX}`;
   const handle = await fs.open(temporary, 'w');
+  let filtered: Filtered;
   try {
-    await writeFully(handle, Buffer.concat(filtered.parts), 0);
-    await hook('temporary-written', segment.file);
-    await handle.datasync();
+    filtered = await filterRecords(segment, rules, new ChunkedFileWriter(handle));
+    if (filtered.eventsReclaimed > 0) {
+      await hook('temporary-written', segment.file);
+      await handle.datasync();
+    }
   } finally {
     await handle.close();
+  }
+  if (filtered.eventsReclaimed === 0) {
+    await fs.rm(temporary, { force: true });
+    return null;
   }
   await hook('temporary-synced', segment.file);
   await fs.rename(temporary, segment.file);

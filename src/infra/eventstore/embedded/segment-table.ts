@@ -27,7 +27,8 @@ export interface TableColumns {
 
 export class SegmentTable {
   readonly names: string[] = [];
-  private readonly nameRefs = new Map<string, number>();
+  /** Built on the first add: tables loaded from a checkpoint are rarely added to. */
+  private nameRefs: Map<string, number> | null = null;
   refs: Uint32Array = new Uint32Array(64);
   revisions: Float64Array = new Float64Array(64);
   /** Position − base of each record. */
@@ -52,6 +53,7 @@ export class SegmentTable {
   }
 
   refOf(streamName: string): number {
+    this.nameRefs ??= new Map(this.names.map((name, i) => [name, i]));
     let ref = this.nameRefs.get(streamName);
     if (ref === undefined) {
       ref = this.names.length;
@@ -92,7 +94,9 @@ export class SegmentTable {
     this.count = count;
   }
 
+  /** Names of a checkpoint, in ref order (they are distinct). */
   addName(streamName: string): void {
-    this.refOf(streamName);
+    this.names.push(streamName);
+    this.nameRefs?.set(streamName, this.names.length - 1);
   }
 }

@@ -10,7 +10,7 @@ import {
 import type { RecordedEvent } from '../../src/infra/eventstore/port';
 import { readAll } from '../contract/eventstore.contract';
 import { writeLegacyLog } from './fixtures/legacy-log';
-import { event, HUBS, isReclaimable, replay, SILENT_HUB, writeHeartbeatHistory } from './fixtures/heartbeat-history';
+import { event, HISTORY_START, HUBS, isReclaimable, replay, SILENT_HUB, writeHeartbeatHistory } from './fixtures/heartbeat-history';
 
 /** Reclamation of expired heartbeats from disk, on a fake clock. */
 
@@ -195,6 +195,25 @@ describe('reclaiming expired heartbeats', () => {
     expect(result.eventsReclaimed).toBeGreaterThan(2000);
     expect((await replay(store)).filter((e) => e.streamName === `device-${hub}`)).toHaveLength(300);
   });
+
+  it('runs again on its timer while the store is open, and not after close', async () => {
+    const writer = await open();
+    await writeHeartbeatHistory(writer, clock);
+    await closed(writer);
+    const end = clock.now;
+    clock.now = HISTORY_START + 30 * 60_000; // nothing has expired yet
+
+    const store = await open({ reclaimIntervalMs: 100 });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(notes.filter((note) => note.includes('reclaimed'))).toEqual([]);
+    clock.now = end;
+    await waitFor(() => notes.some((note) => note.includes('reclaimed')));
+
+    await closed(store);
+    const after = notes.length;
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    expect(notes).toHaveLength(after);
+  }, 60_000);
 
   it('runs by itself right after open', async () => {
     const first = await open();

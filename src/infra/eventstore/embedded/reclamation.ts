@@ -10,7 +10,7 @@ import { errorMessage } from './files';
 import { compactSegment, type CompactedSegment, type ReclaimRule } from './compaction';
 import type { LogIndex } from './log-index';
 import type { ResolvedOptions } from './options';
-import { locatorOf, Segment, type HandlePool } from './segment';
+import { locatorOf, Segment, segmentIndexAt, type HandlePool } from './segment';
 import { writeSegmentIndex } from './segment-index-file';
 import type { SegmentTable } from './segment-table';
 import { EmbeddedStoreCore } from './store';
@@ -37,23 +37,6 @@ export function reclaimRules(index: LogIndex, now: number): Map<string, ReclaimR
   return rules;
 }
 
-/** Index of the segment holding `position` (the greatest base at or below it). */
-function segmentIndexOf(segments: readonly Segment[], position: number): number {
-  let low = 0;
-  let high = segments.length - 1;
-  let found = 0;
-  while (low <= high) {
-    const middle = (low + high) >> 1;
-    if ((segments[middle] as Segment).base <= position) {
-      found = middle;
-      low = middle + 1;
-    } else {
-      high = middle - 1;
-    }
-  }
-  return found;
-}
-
 /**
  * The sealed segments (oldest first) that hold an event some rule reclaims, from the index
  * alone. Per stream only the segments from its oldest event up to the first segment
@@ -66,7 +49,7 @@ export function segmentsToCompact(index: LogIndex, sealed: readonly Segment[], r
     const first = stream?.positions.at(0);
     const lastReclaimable = stream?.positions.at(rule.newestRevision - 1 - (stream?.firstRevision ?? 0));
     if (stream === undefined || first === undefined || lastReclaimable === undefined || sealed.length === 0) continue;
-    for (let i = segmentIndexOf(sealed, first); i < sealed.length; i++) {
+    for (let i = segmentIndexAt(sealed, first); i < sealed.length; i++) {
       const segment = sealed[i] as Segment;
       if (segment.base > lastReclaimable || segment.firstWrittenAt === null || segment.firstWrittenAt >= rule.cutoff) break;
       if (chosen.has(segment) || segment.lastPosition === null) continue;

@@ -65,6 +65,23 @@ export class HandlePool {
   }
 }
 
+/** Index of the segment holding `position`: the greatest base at or below it (0 when none is). */
+export function segmentIndexAt(segments: readonly { readonly base: number }[], position: number): number {
+  let low = 0;
+  let high = segments.length - 1;
+  let found = 0;
+  while (low <= high) {
+    const middle = (low + high) >> 1;
+    if ((segments[middle]?.base ?? 0) <= position) {
+      found = middle;
+      low = middle + 1;
+    } else {
+      high = middle - 1;
+    }
+  }
+  return found;
+}
+
 export class Segment {
   /** Bytes of complete, durable records (header included). */
   size: number;

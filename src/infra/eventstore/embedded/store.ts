@@ -16,10 +16,11 @@ import {
   type Subscription,
 } from '../port';
 import { errorMessage, writeFully } from './files';
-import type { LogIndex, StreamIndex } from './log-index';
+import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
-import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition, type RawRecord } from './record-format';
-import { readRecordAt, type ReadAt } from './record-cursor';
+import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
+import { LogReader } from './reads';
+import { positionAt, toRecordedEvent } from './recorded-event';
 import { createSegmentFile } from './recovery';
 import { RecentCommits } from './recent-commits';
 import { Segment, type HandlePool } from './segment';
@@ -28,8 +29,6 @@ import { maxAgeChangeOf } from './segment-scan';
 import { SegmentTable } from './segment-table';
 import { LogSubscription, tail, type TailSource } from './subscription';
 import type { GroupCommit, ResolvedOptions } from './options';
-
-const STREAM_READ_BATCH = 32;
 
 interface ReservedRecord {
   readonly revision: number;
@@ -55,24 +54,6 @@ export interface HistoricalAppend {
   readonly streamName: string;
   readonly events: readonly NewEvent[];
   readonly writtenAt: number;
-}
-
-export function positionAt(position: number): GlobalPosition {
-  const value = BigInt(position);
-  return { commit: value, prepare: value };
-}
-
-export function toRecordedEvent(record: RawRecord): RecordedEvent {
-  const event = decodeEvent(record);
-  return {
-    id: event.id,
-    streamName: record.streamName,
-    revision: BigInt(record.revision),
-    position: positionAt(record.position),
-    type: event.type,
-    data: event.data,
-    metadata: event.metadata,
-  };
 }
 
 /** The revision the new events would get if the expectation holds, or null for "must not exist". */
@@ -108,6 +89,7 @@ export class EmbeddedStoreCore implements EventStore {
   private changeWaiters: Array<() => void> = [];
   private readonly sealing = new Set<Promise<void>>();
   protected readonly recent = new RecentCommits();
+  private readonly reader: LogReader;
 
   constructor(
     protected readonly directory: string,
@@ -118,6 +100,13 @@ export class EmbeddedStoreCore implements EventStore {
     protected readonly pool: HandlePool,
   ) {
     this.now = options.now;
+    this.reader = new LogReader({
+      index,
+      recent: this.recent,
+      segments: () => this.segments,
+      now: () => this.now(),
+      isClosing: () => this.closing,
+    });
     const active = this.active();
     this.reservedBase = active.base;
     this.reservedEnd = active.size;
@@ -213,13 +202,13 @@ export class EmbeddedStoreCore implements EventStore {
   }
 
   readStream(streamName: string, options: ReadStreamOptions = {}): AsyncIterable<RecordedEvent> {
-    return this.streamEvents(streamName, options);
+    return this.reader.streamEvents(streamName, options);
   }
 
   subscribe(options: SubscribeOptions = {}): Subscription {
     const source: TailSource = {
       segments: () => this.segments,
-      readerOf: (segment) => this.readerOf(segment),
+      readerOf: (segment) => this.reader.readerOf(segment),
       checkHealthy: () => {
         if (this.failure !== null) throw this.failure;
       },
@@ -272,48 +261,6 @@ export class EmbeddedStoreCore implements EventStore {
     if (this.closing) throw new Error('The event store is closed');
   }
 
-  /** The segment that holds `position` (the one with the greatest base at or below it). */
-  protected segmentOf(position: number): Segment | undefined {
-    const segments = this.segments;
-    let low = 0;
-    let high = segments.length - 1;
-    let found: Segment | undefined;
-    while (low <= high) {
-      const middle = (low + high) >> 1;
-      const segment = segments[middle] as Segment;
-      if (segment.base <= position) {
-        found = segment;
-        low = middle + 1;
-      } else {
-        high = middle - 1;
-      }
-    }
-    return found;
-  }
-
-  protected readerOf(segment: Segment): ReadAt {
-    if (segment.isCompacted) return (offset, length) => segment.read(offset, length);
-    return (offset, length) => this.recent.read(segment.base + offset, length, segment.base + segment.size) ?? segment.read(offset, length);
-  }
-
-  /**
-   * The durable record at `position`, or null when compaction reclaimed it. A read that
-   * meets a segment just replaced by its compacted copy is done again in the copy.
-   */
-  protected async readRecord(position: number): Promise<RawRecord | null> {
-    for (;;) {
-      if (this.closing) throw new Error('The event store is closed');
-      const segment = this.segmentOf(position);
-      const offset = segment?.fileOffsetOf(position) ?? null;
-      if (segment === undefined || offset === null) return null;
-      try {
-        return await readRecordAt(this.readerOf(segment), segment.base, offset, segment.size);
-      } catch (error) {
-        if (!segment.retired) throw error;
-      }
-    }
-  }
-
   private async retriedAppendOrConflict(
     streamName: string,
     events: readonly NewEvent[],
@@ -330,7 +277,7 @@ export class EmbeddedStoreCore implements EventStore {
     const positions = stream.positions.slice(from, from + events.length);
     // The original may still be waiting for its fsync; answer only once it is durable.
     await this.untilDurable(() => stream.firstRevision + stream.durableCount > firstRevision + events.length - 1);
-    const stored = await Promise.all(positions.map((position) => this.readRecord(position)));
+    const stored = await Promise.all(positions.map((position) => this.reader.readRecord(position)));
     const sameEvents = stored.every((record, i) => record !== null && decodeEvent(record).id === events[i]?.id);
     if (!sameEvents) throw conflict;
     return { nextExpectedRevision: BigInt(firstRevision + events.length - 1), position: positionAt(positions[positions.length - 1] ?? 0) };
@@ -445,54 +392,5 @@ export class EmbeddedStoreCore implements EventStore {
     }
   }
 
-  private async *streamEvents(streamName: string, options: ReadStreamOptions): AsyncGenerator<RecordedEvent> {
-    if (this.closing) throw new Error('The event store is closed');
-    const stream = this.index.streams.get(streamName);
-    if (stream === undefined || stream.durableCount === 0) return;
-    const end = stream.firstRevision + stream.durableCount;
-    const backwards = options.direction === 'backwards';
-    const maxAge = this.index.maxAgeSeconds.get(streamName);
-    const cutoff = maxAge === undefined ? null : this.now() - maxAge * 1000;
-    // Forwards, aged-out events are skipped by a binary search. Backwards, the walk stops at
-    // the first aged-out one (written-at times never decrease along the log): reading the
-    // newest event of a $maxAge stream — what presence expiry does — costs one record.
-    const oldestVisible = cutoff === null || backwards ? stream.firstRevision : await this.firstRevisionWrittenSince(stream, end, cutoff);
-    const from = options.fromRevision === undefined ? undefined : Number(options.fromRevision);
-    let revision = backwards ? Math.min(from ?? end - 1, end - 1) : Math.max(from ?? 0, oldestVisible);
-    const step = backwards ? -1 : 1;
-    let remaining = options.maxCount ?? Number.POSITIVE_INFINITY;
-    while (remaining > 0) {
-      // Compaction may have reclaimed events since the last batch: never read below the first.
-      const stop = backwards ? stream.firstRevision - 1 : end;
-      if (backwards ? revision <= stop : revision >= stop) return;
-      if (!backwards && revision < stream.firstRevision) revision = stream.firstRevision;
-      const batchSize = Math.min(STREAM_READ_BATCH, Math.abs(stop - revision), remaining);
-      const reads = Array.from({ length: batchSize }, (_, i) => this.readRevision(stream, revision + i * step));
-      for (const record of await Promise.all(reads)) {
-        if (record === null) continue;
-        if (backwards && cutoff !== null && record.writtenAt < cutoff) return;
-        yield toRecordedEvent(record);
-      }
-      revision += batchSize * step;
-      remaining -= batchSize;
-    }
-  }
 
-  private async readRevision(stream: StreamIndex, revision: number): Promise<RawRecord | null> {
-    const position = stream.positions.at(revision - stream.firstRevision);
-    return position === undefined ? null : this.readRecord(position);
-  }
-
-  /** Binary search: written-at times never decrease along the log (append clamps them). */
-  private async firstRevisionWrittenSince(stream: StreamIndex, end: number, cutoff: number): Promise<number> {
-    let low = stream.firstRevision;
-    let high = end;
-    while (low < high) {
-      const middle = (low + high) >> 1;
-      const record = await this.readRevision(stream, middle);
-      if (record === null || record.writtenAt < cutoff) low = middle + 1;
-      else high = middle;
-    }
-    return low;
-  }
 }

@@ -9,7 +9,7 @@
 import type { RecordedEvent, SubscribeOptions, Subscription, SubscriptionItem } from '../port';
 import type { RawRecord } from './record-format';
 import { RecordCursor, type ReadAt } from './record-cursor';
-import type { Segment } from './segment';
+import { segmentIndexAt, type Segment } from './segment';
 
 const REPLAY_CHUNK_SIZE = 1024 * 1024;
 
@@ -29,19 +29,7 @@ function isSystemStream(streamName: string): boolean {
 
 /** The first segment holding a record above `after`, or undefined when there is none yet. */
 function segmentAfter(segments: readonly Segment[], after: number): Segment | undefined {
-  let low = 0;
-  let high = segments.length - 1;
-  let from = 0;
-  while (low <= high) {
-    const middle = (low + high) >> 1;
-    if ((segments[middle]?.base ?? 0) <= after) {
-      from = middle;
-      low = middle + 1;
-    } else {
-      high = middle - 1;
-    }
-  }
-  for (let i = from; i < segments.length; i++) {
+  for (let i = segmentIndexAt(segments, after); i < segments.length; i++) {
     const segment = segments[i];
     if (segment !== undefined && segment.lastPosition !== null && segment.lastPosition > after) return segment;
   }

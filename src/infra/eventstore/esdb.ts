@@ -32,6 +32,7 @@ import {
   type SubscriptionItem,
   WrongExpectedRevisionError,
 } from './port';
+import { isStoredMetadata, restoreMetadata, trimMetadata } from './stored-metadata';
 
 type ClientRecordedEvent = NonNullable<ResolvedEvent['event']>;
 
@@ -67,23 +68,12 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !(value instanceof Uint8Array) && !Array.isArray(value);
 }
 
-function isEventMetadata(value: unknown): value is EventMetadata {
-  if (!isRecord(value) || !isRecord(value.actor)) return false;
-  return (
-    typeof value.occurredAt === 'string' &&
-    typeof value.actor.type === 'string' &&
-    typeof value.actor.id === 'string' &&
-    typeof value.requestId === 'string' &&
-    typeof value.causationId === 'string' &&
-    typeof value.correlationId === 'string'
-  );
-}
-
+/** Metadata is stored trimmed (see stored-metadata.ts); older events carry all of it, which reads the same. */
 function toEventMetadata(event: ClientRecordedEvent): EventMetadata {
-  if (!isEventMetadata(event.metadata)) {
+  if (!isRecord(event.metadata) || !isStoredMetadata(event.metadata)) {
     throw new Error(`Event ${event.id} (${event.streamId}@${event.revision}) has no valid event metadata`);
   }
-  return event.metadata;
+  return restoreMetadata(event.metadata);
 }
 
 /** Reads of at most this many events are drained rather than cancelled when left early. */
@@ -173,7 +163,7 @@ export function createEsdbEventStore(connectionString: string): EventStore {
     try {
       const result = await client.appendToStream(
         streamName,
-        events.map((e) => jsonEvent({ id: e.id, type: e.type, data: e.data as JSONType, metadata: e.metadata })),
+        events.map((e) => jsonEvent({ id: e.id, type: e.type, data: e.data as JSONType, metadata: trimMetadata(e.metadata) as unknown as JSONType })),
         { expectedRevision: expected },
       );
       // The server answers {commit: last event, prepare: first event}; the last event's own

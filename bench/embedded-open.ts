@@ -1,0 +1,125 @@
+/**
+ * `npm run bench:embedded-open`: how long the embedded event store takes to open a long
+ * log, which must not grow with the history (the store reads index checkpoints of sealed
+ * segments and scans only the active one).
+ *
+ * Writes BENCH_EVENTS events (5,000,000) with appendHistory into a temporary DATA_DIR:
+ * BENCH_HUBS hubs (1,000) sending heartbeats every 30 s, none of them expired (the worst
+ * case: every event stays in the index), with a device event every 100 heartbeats. Then
+ * opens the store BENCH_RUNS times (5), each in a fresh process as a service start does,
+ * and reports the median and the slowest open,
+ * bytes on disk and bytes per event; and the same for an empty log. With BENCH_DIR the
+ * history is written there (or reused, if that directory holds a log already) and kept.
+ */
+import { execFileSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openEmbeddedEventStore, type HistoricalAppend } from '../src/infra/eventstore/embedded';
+import type { NewEvent } from '../src/infra/eventstore/port';
+
+const EVENTS = Number(process.env.BENCH_EVENTS ?? 5_000_000);
+const HUBS = Number(process.env.BENCH_HUBS ?? 1_000);
+const RUNS = Number(process.env.BENCH_RUNS ?? 5);
+const BATCH = 5_000;
+const HEARTBEAT_EVERY_MS = 30_000;
+
+function event(type: string, at: number, data: unknown, actorId: string): NewEvent {
+  const requestId = randomUUID();
+  const metadata = { occurredAt: new Date(at).toISOString(), actor: { type: 'device' as const, id: actorId }, requestId, causationId: randomUUID(), correlationId: requestId };
+  return { id: randomUUID(), type, data, metadata };
+}
+
+function batchOf(hubs: readonly string[], from: number, count: number, start: number): HistoricalAppend[] {
+  const appends: HistoricalAppend[] = [];
+  for (let i = from; i < from + count; i++) {
+    const hub = hubs[i % hubs.length] as string;
+    const at = start + Math.floor(i / hubs.length) * HEARTBEAT_EVERY_MS;
+    const receivedAt = new Date(at).toISOString();
+    const isDeviceEvent = i % 100 === 99;
+    appends.push({
+      streamName: isDeviceEvent ? `device-${hub}` : `heartbeat-${hub}`,
+      events: [isDeviceEvent ? event('DeviceUpdated', at, { uuid: hub, name: `hub ${i}`, now: receivedAt }, hub) : event('HeartbeatReceived', at, { uuid: hub, receivedAt }, hub)],
+      writtenAt: at,
+    });
+  }
+  return appends;
+}
+
+async function writeHistory(dir: string): Promise<void> {
+  const hubs = Array.from({ length: HUBS }, () => randomUUID());
+  const span = Math.ceil(EVENTS / HUBS) * HEARTBEAT_EVERY_MS;
+  const start = Date.now() - span;
+  const store = await openEmbeddedEventStore(dir, { reclaimIntervalMs: 0 });
+  for (const hub of hubs) await store.setStreamMaxAge(`heartbeat-${hub}`, 7 * 86_400 + span / 1000);
+  const began = performance.now();
+  for (let written = 0; written < EVENTS; written += BATCH) {
+    await store.appendHistory(batchOf(hubs, written, Math.min(BATCH, EVENTS - written), start));
+    if (written % 500_000 === 0 && written > 0) process.stdout.write(`  ${written} events written\n`);
+  }
+  process.stdout.write(`wrote ${EVENTS} events in ${((performance.now() - began) / 1000).toFixed(1)} s\n`);
+  await store.close();
+}
+
+function bytesOnDisk(dir: string): { log: number; checkpoints: number } {
+  let log = 0;
+  let checkpoints = 0;
+  for (const name of readdirSync(dir)) {
+    const size = statSync(join(dir, name)).size;
+    if (name.endsWith('.log')) log += size;
+    else if (name.endsWith('.idx')) checkpoints += size;
+  }
+  return { log, checkpoints };
+}
+
+/** One open in a fresh process, as a service start does it (cold code, nothing cached in memory). */
+function openInFreshProcess(dir: string): number {
+  const output = execFileSync(process.execPath, ['--import', 'tsx', __filename, '--open-once', dir], { encoding: 'utf8' });
+  return Number(output.trim().split('\n').at(-1));
+}
+
+async function openTimes(dir: string): Promise<number[]> {
+  const times: number[] = [];
+  for (let run = 0; run < RUNS; run++) times.push(openInFreshProcess(dir));
+  return times.sort((a, b) => a - b);
+}
+
+async function openOnce(dir: string): Promise<void> {
+  const began = performance.now();
+  const store = await openEmbeddedEventStore(dir, { reclaimIntervalMs: 0 });
+  const elapsed = performance.now() - began;
+  await store.close();
+  process.stdout.write(`${elapsed}\n`);
+}
+
+function report(label: string, times: readonly number[]): void {
+  const median = times[Math.floor(times.length / 2)] ?? 0;
+  const slowest = times[times.length - 1] ?? 0;
+  process.stdout.write(`${label}: open median ${median.toFixed(0)} ms, slowest ${slowest.toFixed(0)} ms (${times.length} runs)\n`);
+}
+
+async function main(): Promise<void> {
+  const empty = mkdtempSync(join(tmpdir(), 'hhc-bench-open-empty-'));
+  const kept = process.env.BENCH_DIR;
+  const dir = kept ?? mkdtempSync(join(tmpdir(), 'hhc-bench-open-'));
+  try {
+    report('empty log', await openTimes(empty));
+    if (kept === undefined || !existsSync(join(kept, 'events.log'))) {
+      mkdirSync(dir, { recursive: true });
+      await writeHistory(dir);
+    }
+    const { log, checkpoints } = bytesOnDisk(dir);
+    process.stdout.write(`log ${(log / 1e6).toFixed(0)} MB (${(log / EVENTS).toFixed(0)} bytes per event), index checkpoints ${(checkpoints / 1e6).toFixed(0)} MB\n`);
+    report(kept === undefined ? `${EVENTS} events` : `the history in ${dir}`, await openTimes(dir));
+  } finally {
+    rmSync(empty, { recursive: true, force: true });
+    if (kept === undefined) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const onceAt = process.argv.indexOf('--open-once');
+(onceAt === -1 ? main() : openOnce(process.argv[onceAt + 1] ?? '')).catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});

@@ -1,0 +1,95 @@
+/**
+ * The in-memory index of the whole log: for every stream the positions of its events,
+ * the $maxAge of streams that have one, and what appends need (newest written-at time).
+ * Built at open from the segment tables, then kept up to date by commits and compaction.
+ */
+import { CorruptEventLogError } from './errors';
+import { PositionList } from './position-list';
+import type { SegmentTable } from './segment-table';
+
+export interface StreamIndex {
+  /** Revision of positions[0]: above 0 once compaction reclaimed the stream's oldest events. */
+  firstRevision: number;
+  /** Positions of the stream's events, including appends reserved but not yet durable. */
+  readonly positions: PositionList;
+  /** How many of `positions` are durable, hence visible to readers. */
+  durableCount: number;
+}
+
+export class LogIndex {
+  readonly streams = new Map<string, StreamIndex>();
+  readonly maxAgeSeconds = new Map<string, number>();
+  lastUserPosition: number | null = null;
+  lastWrittenAt = 0;
+
+  stream(streamName: string): StreamIndex {
+    let stream = this.streams.get(streamName);
+    if (stream === undefined) {
+      stream = { firstRevision: 0, positions: new PositionList(), durableCount: 0 };
+      this.streams.set(streamName, stream);
+    }
+    return stream;
+  }
+
+  applyMaxAge(target: string, maxAge: number | null): void {
+    if (maxAge === null) this.maxAgeSeconds.delete(target);
+    else this.maxAgeSeconds.set(target, maxAge);
+  }
+
+  /**
+   * Adds the records of segment tables (in log order). Revisions must continue each stream
+   * without a gap; a stream may start above 0 where compaction reclaimed its oldest.
+   * Counts first, so that millions of records (at open) land without growing any list.
+   */
+  applyTables(tables: ReadonlyArray<{ readonly table: SegmentTable; readonly file: string }>): void {
+    const streamsOf = tables.map(({ table }) => table.names.map((name) => this.stream(name)));
+    const counts = new Map<StreamIndex, number>();
+    for (const [t, { table }] of tables.entries()) {
+      const perRef = new Uint32Array(table.names.length);
+      for (let i = 0; i < table.count; i++) perRef[table.refs[i] as number]++;
+      for (const [ref, stream] of (streamsOf[t] as StreamIndex[]).entries()) counts.set(stream, (counts.get(stream) ?? 0) + (perRef[ref] ?? 0));
+    }
+    for (const [stream, count] of counts) stream.positions.reserve(count);
+    for (const [t, { table, file }] of tables.entries()) this.applyRecords(table, streamsOf[t] as StreamIndex[], file);
+  }
+
+  private applyRecords(table: SegmentTable, streams: readonly StreamIndex[], file: string): void {
+    const { refs, revisions, offsets, base } = table;
+    const lists = streams.map((stream) => stream.positions);
+    const next = Float64Array.from(streams, (stream) => stream.firstRevision + stream.positions.length);
+    for (let i = 0; i < table.count; i++) {
+      const ref = refs[i] as number;
+      const revision = revisions[i] as number;
+      if (revision !== next[ref]) this.startStreamAt(table, streams[ref] as StreamIndex, i, file);
+      next[ref] = revision + 1;
+      (lists[ref] as PositionList).push(base + (offsets[i] as number));
+    }
+    for (const stream of streams) stream.durableCount = stream.positions.length;
+    this.lastWrittenAt = Math.max(this.lastWrittenAt, table.lastWrittenAt);
+    if (table.lastUserPosition !== null) this.lastUserPosition = Math.max(this.lastUserPosition ?? 0, table.lastUserPosition);
+    for (const change of table.maxAgeChanges) this.applyMaxAge(change.target, change.maxAge);
+  }
+
+  /** A revision other than the next: allowed only as the first of a stream whose oldest events were reclaimed. */
+  private startStreamAt(table: SegmentTable, stream: StreamIndex, i: number, file: string): void {
+    const revision = table.revisions[i] as number;
+    const expected = stream.firstRevision + stream.positions.length;
+    if (stream.positions.length > 0 || revision < expected) {
+      const name = table.names[table.refs[i] as number] ?? '?';
+      const offset = table.fileOffsets[i] ?? table.positionAt(i) - table.base;
+      throw new CorruptEventLogError(file, offset, `${name} jumps to revision ${revision} after ${expected} events`);
+    }
+    stream.firstRevision = revision;
+  }
+
+  /** Drops a stream's events up to and including `revision` (reclaimed by compaction). */
+  reclaimThrough(streamName: string, revision: number): void {
+    const stream = this.streams.get(streamName);
+    if (stream === undefined) return;
+    const count = Math.min(revision + 1 - stream.firstRevision, stream.durableCount);
+    if (count <= 0) return;
+    stream.positions.dropFirst(count);
+    stream.firstRevision += count;
+    stream.durableCount -= count;
+  }
+}

@@ -1,0 +1,104 @@
+/**
+ * Reading the log by position and by stream: finding a record's segment and file offset,
+ * serving what was just committed from memory, and stream reads with $maxAge applied.
+ */
+import type { ReadStreamOptions, RecordedEvent } from '../port';
+import type { LogIndex, StreamIndex } from './log-index';
+import type { RawRecord } from './record-format';
+import { readRecordAt, type ReadAt } from './record-cursor';
+import type { RecentCommits } from './recent-commits';
+import { segmentIndexAt, type Segment } from './segment';
+import { toRecordedEvent } from './recorded-event';
+
+const STREAM_READ_BATCH = 32;
+
+export interface ReadSource {
+  readonly index: LogIndex;
+  readonly recent: RecentCommits;
+  segments(): readonly Segment[];
+  now(): number;
+  isClosing(): boolean;
+}
+
+export class LogReader {
+  constructor(private readonly source: ReadSource) {}
+
+  /** The segment that holds `position` (the one with the greatest base at or below it). */
+  segmentOf(position: number): Segment | undefined {
+    const segments = this.source.segments();
+    return segments.length === 0 ? undefined : segments[segmentIndexAt(segments, position)];
+  }
+
+  readerOf(segment: Segment): ReadAt {
+    if (segment.isCompacted) return (offset, length) => segment.read(offset, length);
+    return (offset, length) => this.source.recent.read(segment.base + offset, length, segment.base + segment.size) ?? segment.read(offset, length);
+  }
+
+  /**
+   * The durable record at `position`, or null when compaction reclaimed it. A read that
+   * meets a segment just replaced by its compacted copy is done again in the copy.
+   */
+  async readRecord(position: number): Promise<RawRecord | null> {
+    for (;;) {
+      if (this.source.isClosing()) throw new Error('The event store is closed');
+      const segment = this.segmentOf(position);
+      const offset = segment?.fileOffsetOf(position) ?? null;
+      if (segment === undefined || offset === null) return null;
+      try {
+        return await readRecordAt(this.readerOf(segment), segment.base, offset, segment.size);
+      } catch (error) {
+        if (!segment.retired) throw error;
+      }
+    }
+  }
+
+  async *streamEvents(streamName: string, options: ReadStreamOptions): AsyncGenerator<RecordedEvent> {
+    if (this.source.isClosing()) throw new Error('The event store is closed');
+    const stream = this.source.index.streams.get(streamName);
+    if (stream === undefined || stream.durableCount === 0) return;
+    const end = stream.firstRevision + stream.durableCount;
+    const backwards = options.direction === 'backwards';
+    const maxAge = this.source.index.maxAgeSeconds.get(streamName);
+    const cutoff = maxAge === undefined ? null : this.source.now() - maxAge * 1000;
+    // Forwards, aged-out events are skipped by a binary search. Backwards, the walk stops at
+    // the first aged-out one (written-at times never decrease along the log): reading the
+    // newest event of a $maxAge stream — what presence expiry does — costs one record.
+    const oldestVisible = cutoff === null || backwards ? stream.firstRevision : await this.firstRevisionWrittenSince(stream, end, cutoff);
+    const from = options.fromRevision === undefined ? undefined : Number(options.fromRevision);
+    let revision = backwards ? Math.min(from ?? end - 1, end - 1) : Math.max(from ?? 0, oldestVisible);
+    const step = backwards ? -1 : 1;
+    let remaining = options.maxCount ?? Number.POSITIVE_INFINITY;
+    while (remaining > 0) {
+      // Compaction may have reclaimed events since the last batch: never read below the first.
+      const stop = backwards ? stream.firstRevision - 1 : end;
+      if (backwards ? revision <= stop : revision >= stop) return;
+      if (!backwards && revision < stream.firstRevision) revision = stream.firstRevision;
+      const batchSize = Math.min(STREAM_READ_BATCH, Math.abs(stop - revision), remaining);
+      const reads = Array.from({ length: batchSize }, (_, i) => this.readRevision(stream, revision + i * step));
+      for (const record of await Promise.all(reads)) {
+        if (record === null) continue;
+        if (backwards && cutoff !== null && record.writtenAt < cutoff) return;
+        yield toRecordedEvent(record);
+      }
+      revision += batchSize * step;
+      remaining -= batchSize;
+    }
+  }
+
+  private async readRevision(stream: StreamIndex, revision: number): Promise<RawRecord | null> {
+    const position = stream.positions.at(revision - stream.firstRevision);
+    return position === undefined ? null : this.readRecord(position);
+  }
+
+  /** Binary search: written-at times never decrease along the log (append clamps them). */
+  private async firstRevisionWrittenSince(stream: StreamIndex, end: number, cutoff: number): Promise<number> {
+    let low = stream.firstRevision;
+    let high = end;
+    while (low < high) {
+      const middle = (low + high) >> 1;
+      const record = await this.readRevision(stream, middle);
+      if (record === null || record.writtenAt < cutoff) low = middle + 1;
+      else high = middle;
+    }
+    return low;
+  }}

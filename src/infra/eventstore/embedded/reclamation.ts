@@ -1,0 +1,155 @@
+/**
+ * Retention on disk: heartbeats older than the $maxAge of their `heartbeat-<uuid>` stream
+ * are removed from sealed segments by compaction (compaction.ts), at open and then on a
+ * timer owned by the store, and on demand with reclaimExpired(). Appends go on meanwhile:
+ * they only ever touch the active segment, and swapping in a compacted segment is one
+ * synchronous step. Only heartbeat streams are reclaimed, never their newest event, and
+ * only what reads already hide (written before now − $maxAge).
+ */
+import { errorMessage } from './files';
+import { compactSegment, type CompactedSegment, type ReclaimRule } from './compaction';
+import type { LogIndex } from './log-index';
+import type { ResolvedOptions } from './options';
+import { locatorOf, Segment, segmentIndexAt, type HandlePool } from './segment';
+import { writeSegmentIndex } from './segment-index-file';
+import type { SegmentTable } from './segment-table';
+import { EmbeddedStoreCore } from './store';
+
+export const RECLAIMED_STREAM_PREFIX = 'heartbeat-';
+
+export interface ReclaimResult {
+  readonly segmentsCompacted: number;
+  readonly eventsReclaimed: number;
+  /** Bytes of all segment files before and after. */
+  readonly bytesBefore: number;
+  readonly bytesAfter: number;
+}
+
+/** What may be reclaimed now: per heartbeat stream with a $maxAge and more than one event. */
+export function reclaimRules(index: LogIndex, now: number): Map<string, ReclaimRule> {
+  const rules = new Map<string, ReclaimRule>();
+  for (const [name, maxAge] of index.maxAgeSeconds) {
+    if (!name.startsWith(RECLAIMED_STREAM_PREFIX)) continue;
+    const stream = index.streams.get(name);
+    if (stream === undefined || stream.durableCount < 2) continue;
+    rules.set(name, { cutoff: now - maxAge * 1000, newestRevision: stream.firstRevision + stream.durableCount - 1 });
+  }
+  return rules;
+}
+
+/**
+ * The sealed segments (oldest first) that hold an event some rule reclaims, from the index
+ * alone. Per stream only the segments from its oldest event up to the first segment
+ * written after its cutoff are looked at: a few per run once the log is in steady state.
+ */
+export function segmentsToCompact(index: LogIndex, sealed: readonly Segment[], rules: ReadonlyMap<string, ReclaimRule>): Segment[] {
+  const chosen = new Set<Segment>();
+  for (const [name, rule] of rules) {
+    const stream = index.streams.get(name);
+    const first = stream?.positions.at(0);
+    const lastReclaimable = stream?.positions.at(rule.newestRevision - 1 - (stream?.firstRevision ?? 0));
+    if (stream === undefined || first === undefined || lastReclaimable === undefined || sealed.length === 0) continue;
+    for (let i = segmentIndexAt(sealed, first); i < sealed.length; i++) {
+      const segment = sealed[i] as Segment;
+      if (segment.base > lastReclaimable || segment.firstWrittenAt === null || segment.firstWrittenAt >= rule.cutoff) break;
+      if (chosen.has(segment) || segment.lastPosition === null) continue;
+      const position = stream.positions.at(stream.positions.lowerBound(segment.base));
+      if (position !== undefined && position <= segment.lastPosition && position <= lastReclaimable) chosen.add(segment);
+    }
+  }
+  return sealed.filter((segment) => chosen.has(segment));
+}
+
+export class EmbeddedEventStore extends EmbeddedStoreCore {
+  private reclaiming: Promise<unknown> = Promise.resolve();
+  private stopping = false;
+  private closed: Promise<void> | null = null;
+  private readonly timers: NodeJS.Timeout[] = [];
+
+  constructor(
+    directory: string,
+    segments: Segment[],
+    index: LogIndex,
+    activeTable: SegmentTable,
+    options: ResolvedOptions,
+    pool: HandlePool,
+    private readonly releaseLock: () => Promise<void>,
+  ) {
+    super(directory, segments, index, activeTable, options, pool);
+    if (options.reclaimIntervalMs > 0) {
+      this.timers.push(setTimeout(() => this.reclaimInBackground(), 0), setInterval(() => this.reclaimInBackground(), options.reclaimIntervalMs));
+      for (const timer of this.timers) timer.unref();
+    }
+  }
+
+  /** Reclaims expired heartbeats from disk now (runs one at a time with the timer's runs). */
+  reclaimExpired(): Promise<ReclaimResult> {
+    const run = this.reclaiming.then(() => this.reclaimOnce());
+    this.reclaiming = run.catch(() => undefined);
+    return run;
+  }
+
+  override close(): Promise<void> {
+    this.closed ??= this.closeOnce();
+    return this.closed;
+  }
+
+  private async closeOnce(): Promise<void> {
+    this.stopping = true;
+    for (const timer of this.timers) clearInterval(timer);
+    await this.reclaiming;
+    await super.close();
+    await this.releaseLock();
+  }
+
+  private reclaimInBackground(): void {
+    if (this.stopping) return;
+    this.reclaimExpired().then(
+      (result) => {
+        if (result.segmentsCompacted > 0) {
+          this.options.log(
+            `Event log: reclaimed ${result.eventsReclaimed} expired heartbeats from ${result.segmentsCompacted} segments ` +
+              `(${result.bytesBefore} -> ${result.bytesAfter} bytes)`,
+          );
+        }
+      },
+      (error: unknown) => this.options.log(`Event log: reclaiming expired heartbeats failed: ${errorMessage(error)}`),
+    );
+  }
+
+  private totalBytes(): number {
+    return this.segments.reduce((sum, segment) => sum + segment.size, 0);
+  }
+
+  private async reclaimOnce(): Promise<ReclaimResult> {
+    const bytesBefore = this.totalBytes();
+    const rules = reclaimRules(this.index, this.now());
+    // Oldest first, so each stream always loses a prefix of its events.
+    const candidates = segmentsToCompact(this.index, this.segments.slice(0, -1), rules);
+    let segmentsCompacted = 0;
+    let eventsReclaimed = 0;
+    for (const segment of candidates) {
+      if (this.stopping) break;
+      this.assertWritable();
+      const compacted = await compactSegment(segment, rules, this.options.compactionHook);
+      if (compacted === null) continue;
+      await this.swapIn(segment, compacted);
+      segmentsCompacted++;
+      eventsReclaimed += compacted.eventsReclaimed;
+    }
+    return { segmentsCompacted, eventsReclaimed, bytesBefore, bytesAfter: this.totalBytes() };
+  }
+
+  /** Step 5 of a compaction: readers move to the new file, the index forgets what was reclaimed. */
+  private async swapIn(old: Segment, compacted: CompactedSegment): Promise<void> {
+    const { table, header } = compacted;
+    const segment = new Segment(this.directory, header.base, header.generation, null, table.coveredSize, locatorOf(table), this.pool);
+    segment.noteTable(table);
+    this.segments = this.segments.map((s) => (s === old ? segment : s));
+    for (const [streamName, revision] of compacted.reclaimedThrough) this.index.reclaimThrough(streamName, revision);
+    this.recent.forgetRange(old.base, old.base + old.size);
+    await old.retire();
+    await writeSegmentIndex(segment.file, header, table, true);
+    await this.options.compactionHook('index-written', segment.file);
+  }
+}

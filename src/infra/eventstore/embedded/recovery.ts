@@ -1,0 +1,244 @@
+/**
+ * Opening the log: find the segments, repair what a crash can leave behind, and build the
+ * index without reading the whole history.
+ *
+ * Sealed segments come from their index checkpoints (a missing or unusable one means a
+ * scan of that segment, said on stderr, and a new checkpoint). The active segment (at
+ * most a few MiB) comes from the checkpoint written at close if the bytes it covers still
+ * have its CRC-32, and only what follows is scanned; otherwise (after a crash, or any
+ * change) all of it is scanned. That is where a crash leaves a torn tail to drop, and where
+ * damage to acknowledged data is caught before anything is appended after it. Left
+ * over temporary files of an interrupted compaction are removed: until its rename, the
+ * original segment is intact.
+ */
+import * as fs from 'node:fs/promises';
+import * as path from 'node:path';
+import { crc32 } from './crc32';
+import { CorruptEventLogError } from './errors';
+import { errorCode, readFully, syncDirectory, writeFully } from './files';
+import { LogIndex } from './log-index';
+import { decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type SegmentHeader } from './record-format';
+import { locatorOf, Segment, segmentBaseOfName, segmentFileName, type HandlePool } from './segment';
+import { loadSegmentIndex, writeSegmentIndex } from './segment-index-file';
+import { scanSegment } from './segment-scan';
+import { SegmentTable } from './segment-table';
+
+export interface TornTail {
+  /** Byte offset in the active segment file where the log now ends. */
+  readonly offset: number;
+  readonly droppedBytes: number;
+}
+
+export interface OpenedLog {
+  readonly segments: Segment[];
+  readonly index: LogIndex;
+  /** The table of the active (last) segment, which commits keep growing. */
+  readonly activeTable: SegmentTable;
+}
+
+export interface RecoveryOptions {
+  readonly onTornTail: (tail: TornTail) => void;
+  readonly log: (message: string) => void;
+  readonly pool: HandlePool;
+  /** An active segment beyond this size (a single-file log of earlier versions) is sealed at open. */
+  readonly segmentBytes: number;
+}
+
+export const COMPACTION_SUFFIX = '.compact';
+const CRC_CHUNK_SIZE = 4 * 1024 * 1024;
+const OPEN_CONCURRENCY = 8;
+
+/** Creates a segment file with its header, durably (the directory entry included). */
+export async function createSegmentFile(directory: string, header: SegmentHeader): Promise<fs.FileHandle> {
+  const handle = await fs.open(path.join(directory, segmentFileName(header.base)), 'wx+');
+  try {
+    await writeFully(handle, encodeSegmentHeader(header), 0);
+    await handle.datasync();
+    await syncDirectory(directory);
+    return handle;
+  } catch (error) {
+    await handle.close();
+    throw error;
+  }
+}
+
+async function listSegmentBases(directory: string, log: (message: string) => void): Promise<number[]> {
+  const bases: number[] = [];
+  for (const name of await fs.readdir(directory)) {
+    if (name.endsWith(COMPACTION_SUFFIX) || name.endsWith('.idx.tmp')) {
+      if (name.endsWith(COMPACTION_SUFFIX)) log(`Event log: removed ${name}, left by a compaction that did not finish (the segment itself is intact)`);
+      await fs.rm(path.join(directory, name), { force: true });
+      continue;
+    }
+    const base = segmentBaseOfName(name);
+    if (base !== null) bases.push(base);
+  }
+  return bases.sort((a, b) => a - b);
+}
+
+/** Reads (and for the active segment, finishes an interrupted creation of) a segment's header. */
+async function readHeader(handle: fs.FileHandle, file: string, base: number, active: boolean): Promise<{ header: SegmentHeader; size: number }> {
+  let size = (await handle.stat()).size;
+  if (size < SEGMENT_HEADER_SIZE) {
+    const existing = await readFully(handle, 0, size);
+    const fresh = encodeSegmentHeader({ base, generation: 0 });
+    if (!active || !existing.equals(fresh.subarray(0, size))) throw new CorruptEventLogError(file, 0, 'not an event log');
+    // Only the creation of the file was interrupted.
+    await handle.truncate(0);
+    await writeFully(handle, fresh, 0);
+    await handle.datasync();
+    size = SEGMENT_HEADER_SIZE;
+  }
+  const header = decodeSegmentHeader(await readFully(handle, 0, SEGMENT_HEADER_SIZE));
+  if (header === null) throw new CorruptEventLogError(file, 0, 'not an event log (unknown file header)');
+  if (header.base !== base) throw new CorruptEventLogError(file, 8, `its header names base ${header.base}, its file name ${base}`);
+  return { header, size };
+}
+
+async function sealedTable(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable> {
+  const loaded = await loadSegmentIndex(file, header, size);
+  if ('table' in loaded && loaded.table.coveredSize === size) return loaded.table;
+  const problem = 'table' in loaded ? 'it covers less than the segment' : loaded.problem;
+  log(`Event log: index checkpoint of ${path.basename(file)} not used (${problem}); scanning the segment`);
+  const table = new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
+  await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: true }, table);
+  await writeSegmentIndex(file, header, table, header.generation > 0);
+  return table;
+}
+
+/** CRC-32 of the file's bytes in [from, to), continuing `previous`. */
+async function crcOfFile(handle: fs.FileHandle, from: number, to: number, previous: number): Promise<number> {
+  let crc = previous;
+  for (let at = from; at < to; at += CRC_CHUNK_SIZE) crc = crc32(await readFully(handle, at, Math.min(CRC_CHUNK_SIZE, to - at)), crc);
+  return crc;
+}
+
+/**
+ * The active segment's checkpoint (written at close) is trusted only if the bytes it covers
+ * still have its CRC: one native checksum pass instead of decoding every record, and any
+ * change to acknowledged data still leads to the full scan that finds it.
+ */
+async function verifiedActiveCheckpoint(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable | null> {
+  if (size <= SEGMENT_HEADER_SIZE) return null;
+  const loaded = await loadSegmentIndex(file, header, size);
+  let problem = 'table' in loaded ? 'its checksum of the segment does not match' : loaded.problem;
+  if ('table' in loaded && loaded.table.coveredCrc !== null) {
+    if ((await crcOfFile(handle, 0, loaded.table.coveredSize, 0)) === loaded.table.coveredCrc) return loaded.table;
+  } else if ('table' in loaded) {
+    problem = 'it has no checksum of the segment';
+  }
+  log(`Event log: index checkpoint of ${path.basename(file)} not used (${problem}); scanning the segment`);
+  return null;
+}
+
+async function activeTable(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
+  const checkpoint = await verifiedActiveCheckpoint(handle, file, header, size, options.log);
+  const table = checkpoint ?? new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
+  const from = table.coveredSize;
+  const { end } = await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: false }, table);
+  if (end < size) {
+    await handle.truncate(end);
+    await handle.datasync();
+    options.onTornTail({ offset: end, droppedBytes: size - end });
+  }
+  table.coveredCrc = await crcOfFile(handle, checkpoint === null ? 0 : from, end, checkpoint?.coveredCrc ?? 0);
+  return { table, size: end };
+}
+
+/** Opens a segment; only the active one keeps its file open (sealed ones open theirs when read). */
+async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions): Promise<{ segment: Segment; table: SegmentTable }> {
+  const file = path.join(directory, segmentFileName(base));
+  const handle = await fs.open(file, active ? 'r+' : 'r');
+  let keepOpen = false;
+  try {
+    const { header, size } = await readHeader(handle, file, base, active);
+    const opened = active ? await activeTable(handle, file, header, size, options) : { table: await sealedTable(handle, file, header, size, options.log), size };
+    const { table } = opened;
+    const locator = header.generation > 0 ? locatorOf(table) : null;
+    const segment = new Segment(directory, base, header.generation, active ? handle : null, opened.size, locator, options.pool);
+    segment.noteTable(table);
+    keepOpen = active;
+    return { segment, table };
+  } finally {
+    if (!keepOpen) await handle.close();
+  }
+}
+
+async function createFirstSegment(directory: string): Promise<void> {
+  try {
+    const handle = await createSegmentFile(directory, { base: 0, generation: 0 });
+    await handle.close();
+  } catch (error) {
+    if (errorCode(error) !== 'EEXIST') throw error;
+  }
+}
+
+/**
+ * Seals an active segment that is already full (the whole log of an earlier version, say),
+ * so that later opens read its checkpoint instead of checking all of it; returns the new,
+ * empty active segment.
+ */
+async function sealOversized(directory: string, full: { segment: Segment; table: SegmentTable }, pool: HandlePool): Promise<{ segment: Segment; table: SegmentTable }> {
+  const { segment, table } = full;
+  await writeSegmentIndex(segment.file, segment, table, false);
+  segment.seal();
+  const base = segment.base + segment.size;
+  const handle = await createSegmentFile(directory, { base, generation: 0 });
+  const next = new SegmentTable(base, SEGMENT_HEADER_SIZE);
+  next.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
+  return { segment: new Segment(directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, pool), table: next };
+}
+
+/**
+ * Runs `work` on each item, at most `limit` at a time; results in the order of the items.
+ * On a failure no new item starts, and it throws only once the started ones have ended.
+ */
+async function mapLimited<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array<R>(items.length);
+  const failures: unknown[] = [];
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length && failures.length === 0) {
+      const i = next++;
+      try {
+        results[i] = await work(items[i] as T);
+      } catch (error) {
+        failures.push(error);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  if (failures.length > 0) throw failures[0];
+  return results;
+}
+
+export async function openLog(directory: string, options: RecoveryOptions): Promise<OpenedLog> {
+  let bases = await listSegmentBases(directory, options.log);
+  if (bases.length === 0) {
+    await createFirstSegment(directory);
+    bases = [0];
+  }
+  const opened: Array<{ segment: Segment; table: SegmentTable }> = [];
+  const keep = async (base: number, active: boolean): Promise<{ segment: Segment; table: SegmentTable }> => {
+    const result = await openSegment(directory, base, active, options);
+    opened.push(result);
+    return result;
+  };
+  try {
+    // Sealed segments in parallel (their checkpoints are independent), the active one last.
+    const sealed = await mapLimited(bases.slice(0, -1), OPEN_CONCURRENCY, (base) => keep(base, false));
+    let active = await keep(bases[bases.length - 1] as number, true);
+    const all = [...sealed, active];
+    if (active.segment.size > options.segmentBytes) {
+      active = await sealOversized(directory, active, options.pool);
+      opened.push(active);
+      all.push(active);
+    }
+    const index = new LogIndex();
+    index.applyTables(all.map(({ segment, table }) => ({ table, file: segment.file })));
+    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table };
+  } catch (error) {
+    await Promise.all(opened.map(({ segment }) => segment.retire()));
+    throw error;
+  }
+}

@@ -1,0 +1,396 @@
+/**
+ * The embedded store: appends with group commit into the active segment, reads by stream,
+ * catch-up subscriptions, and reclamation of expired heartbeats (see reclamation.ts).
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  WrongExpectedRevisionError,
+  type AppendResult,
+  type EventStore,
+  type ExpectedRevision,
+  type GlobalPosition,
+  type NewEvent,
+  type ReadStreamOptions,
+  type RecordedEvent,
+  type SubscribeOptions,
+  type Subscription,
+} from '../port';
+import { errorMessage, writeFully } from './files';
+import type { LogIndex } from './log-index';
+import { crc32 } from './crc32';
+import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
+import { LogReader } from './reads';
+import { positionAt, toRecordedEvent } from './recorded-event';
+import { createSegmentFile } from './recovery';
+import { RecentCommits } from './recent-commits';
+import { Segment, type HandlePool } from './segment';
+import { writeSegmentIndex } from './segment-index-file';
+import { maxAgeChangeOf } from './segment-scan';
+import { SegmentTable } from './segment-table';
+import { LogSubscription, tail, type TailSource } from './subscription';
+import type { GroupCommit, ResolvedOptions } from './options';
+
+interface ReservedRecord {
+  readonly revision: number;
+  readonly position: number;
+  readonly writtenAt: number;
+}
+
+interface PendingAppend {
+  readonly streamName: string;
+  /** Base of the segment the append was reserved in (a segment that may not exist yet). */
+  readonly base: number;
+  readonly fileOffset: number;
+  readonly bytes: Buffer;
+  readonly records: readonly ReservedRecord[];
+  readonly result: AppendResult;
+  readonly maxAgeChange: { readonly target: string; readonly maxAge: number | null } | null;
+  readonly resolve: (result: AppendResult) => void;
+  readonly reject: (error: Error) => void;
+}
+
+/** One append of historical events with the written-at time they get (see appendHistory). */
+export interface HistoricalAppend {
+  readonly streamName: string;
+  readonly events: readonly NewEvent[];
+  readonly writtenAt: number;
+}
+
+/** The revision the new events would get if the expectation holds, or null for "must not exist". */
+function expectedFirstRevision(expected: ExpectedRevision, currentCount: number): number | null {
+  switch (expected) {
+    case 'any':
+      return currentCount;
+    case 'no_stream':
+      return 0;
+    case 'stream_exists':
+      // Such an append cannot be told apart from a retry, so it has no idempotence check.
+      return currentCount > 0 ? currentCount : null;
+    default:
+      return Number(expected) + 1;
+  }
+}
+
+/** How many events the stream has had (reserved ones included): the revision of its next. */
+function currentCountOf(index: LogIndex, streamName: string): number {
+  const stream = index.streams.get(streamName);
+  return stream === undefined ? 0 : stream.firstRevision + stream.positions.length;
+}
+
+export class EmbeddedStoreCore implements EventStore {
+  protected readonly now: () => number;
+  private reservedBase: number;
+  private reservedEnd: number;
+  private queue: PendingAppend[] = [];
+  private flushRunning = false;
+  private flushDone: Promise<void> = Promise.resolve();
+  protected failure: Error | null = null;
+  protected closing = false;
+  private changeWaiters: Array<() => void> = [];
+  private readonly sealing = new Set<Promise<void>>();
+  protected readonly recent = new RecentCommits();
+  private readonly reader: LogReader;
+
+  constructor(
+    protected readonly directory: string,
+    protected segments: Segment[],
+    protected readonly index: LogIndex,
+    private activeTable: SegmentTable,
+    protected readonly options: ResolvedOptions,
+    protected readonly pool: HandlePool,
+  ) {
+    this.now = options.now;
+    this.reader = new LogReader({
+      index,
+      recent: this.recent,
+      segments: () => this.segments,
+      now: () => this.now(),
+      isClosing: () => this.closing,
+    });
+    const active = this.active();
+    this.reservedBase = active.base;
+    this.reservedEnd = active.size;
+  }
+
+  protected active(): Segment {
+    return this.segments[this.segments.length - 1] as Segment;
+  }
+
+  // Everything up to the first await runs synchronously, so expectations are checked and
+  // positions reserved in call order even while earlier appends still wait for their fsync.
+  async append(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    return this.reserve(streamName, events, expected, this.now());
+  }
+
+  /**
+   * Appends events with chosen written-at times (what $maxAge and reclamation compare), in
+   * one go: for tools that write a long history, such as benchmarks. Times are clamped so
+   * that they never decrease along the log. Expectations are 'any'.
+   */
+  async appendHistory(appends: readonly HistoricalAppend[]): Promise<void> {
+    // One promise for the lot: commits resolve in order, so the last one answers for all.
+    await new Promise<void>((resolve, reject) => {
+      const ignore = (): void => undefined;
+      for (const [i, append] of appends.entries()) {
+        const done = i === appends.length - 1 ? () => resolve() : ignore;
+        this.enqueue(append.streamName, append.events, currentCountOf(this.index, append.streamName), append.writtenAt, done, reject);
+      }
+      if (appends.length === 0) resolve();
+    });
+  }
+
+  private reserve(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision, now: number): Promise<AppendResult> {
+    this.assertWritable();
+    if (events.length === 0) throw new Error('An append needs at least one event');
+    const currentCount = currentCountOf(this.index, streamName);
+    const firstRevision = expectedFirstRevision(expected, currentCount);
+    if (firstRevision !== currentCount) return this.retriedAppendOrConflict(streamName, events, expected, currentCount, firstRevision);
+    return new Promise<AppendResult>((resolve, reject) => this.enqueue(streamName, events, currentCount, now, resolve, reject));
+  }
+
+  /** Reserves positions for an append whose expectation holds and queues it for the next group commit. */
+  private enqueue(
+    streamName: string,
+    events: readonly NewEvent[],
+    currentCount: number,
+    now: number,
+    resolve: (result: AppendResult) => void,
+    reject: (error: Error) => void,
+  ): void {
+    this.assertWritable();
+    if (events.length === 0) throw new Error('An append needs at least one event');
+    const writtenAt = Math.max(now, this.index.lastWrittenAt);
+    const encoded = this.encodeAppend(streamName, events, currentCount, writtenAt);
+    this.index.lastWrittenAt = writtenAt;
+    const positions = this.index.stream(streamName).positions;
+    for (const record of encoded.records) positions.push(record.position);
+    const lastEvent = events[events.length - 1] as NewEvent;
+    const lastPosition = (encoded.records[encoded.records.length - 1] as ReservedRecord).position;
+    this.queue.push({
+      ...encoded,
+      streamName,
+      result: { nextExpectedRevision: BigInt(currentCount + events.length - 1), position: positionAt(lastPosition) },
+      maxAgeChange: maxAgeChangeOf(streamName, lastEvent.type, lastEvent.data),
+      resolve,
+      reject,
+    });
+    this.scheduleFlush();
+  }
+
+  /** Encodes an append at the reserved end, first starting a new segment if the active one is full. */
+  private encodeAppend(streamName: string, events: readonly NewEvent[], firstRevision: number, writtenAt: number) {
+    const encoded = events.map((event, i) => {
+      const flags = i === events.length - 1 ? FLAG_END_OF_APPEND : 0;
+      return encodeRecord({ position: 0, flags, writtenAt, revision: firstRevision + i, streamName, event });
+    });
+    const total = encoded.reduce((sum, bytes) => sum + bytes.length, 0);
+    if (this.reservedEnd > SEGMENT_HEADER_SIZE && this.reservedEnd + total > this.options.segmentBytes) {
+      this.reservedBase += this.reservedEnd;
+      this.reservedEnd = SEGMENT_HEADER_SIZE;
+    }
+    const base = this.reservedBase;
+    const fileOffset = this.reservedEnd;
+    const records: ReservedRecord[] = [];
+    let at = fileOffset;
+    for (const [i, bytes] of encoded.entries()) {
+      setRecordPosition(bytes, base + at);
+      records.push({ revision: firstRevision + i, position: base + at, writtenAt });
+      at += bytes.length;
+    }
+    this.reservedEnd = at;
+    return { base, fileOffset, records, bytes: encoded.length === 1 ? (encoded[0] as Buffer) : Buffer.concat(encoded) };
+  }
+
+  readStream(streamName: string, options: ReadStreamOptions = {}): AsyncIterable<RecordedEvent> {
+    return this.reader.streamEvents(streamName, options);
+  }
+
+  subscribe(options: SubscribeOptions = {}): Subscription {
+    const source: TailSource = {
+      segments: () => this.segments,
+      readerOf: (segment) => this.reader.readerOf(segment),
+      checkHealthy: () => {
+        if (this.failure !== null) throw this.failure;
+      },
+      isClosing: () => this.closing,
+      waitForChange: () => this.waitForChange(),
+      toRecordedEvent,
+    };
+    return new LogSubscription((isClosed) => tail(source, options, isClosed), () => this.wakeWaiters());
+  }
+
+  async setStreamMaxAge(streamName: string, maxAgeSeconds: number): Promise<void> {
+    if (!Number.isFinite(maxAgeSeconds) || maxAgeSeconds <= 0) {
+      throw new Error(`maxAgeSeconds must be a positive number, got ${maxAgeSeconds}`);
+    }
+    const id = randomUUID();
+    const occurredAt = new Date(this.now()).toISOString();
+    const actor = { type: 'system', id: 'event-store' } as const;
+    const metadata = { occurredAt, actor, requestId: id, causationId: id, correlationId: id };
+    await this.append(`$$${streamName}`, [{ id, type: '$metadata', data: { $maxAge: maxAgeSeconds }, metadata }], 'any');
+  }
+
+  async headPosition(): Promise<GlobalPosition | null> {
+    // Only user events: a caller waiting for its subscription to reach the head must get
+    // there, and subscriptions never hand out system events.
+    const position = this.index.lastUserPosition;
+    return position === null ? null : positionAt(position);
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    while (this.flushRunning) await this.flushDone;
+    this.wakeWaiters();
+    await Promise.allSettled([...this.sealing]);
+    if (this.failure === null) await this.writeActiveCheckpoint();
+    await Promise.all(this.segments.map((segment) => segment.retire()));
+  }
+
+  /** Lets the next open skip decoding the active segment (see recovery.ts). */
+  private async writeActiveCheckpoint(): Promise<void> {
+    const active = this.active();
+    try {
+      await writeSegmentIndex(active.file, active, this.activeTable, false);
+    } catch (error) {
+      this.options.log(`Event log: could not write the index checkpoint of ${active.file} (${errorMessage(error)}); the next open scans it`);
+    }
+  }
+
+  protected assertWritable(): void {
+    if (this.failure !== null) throw this.failure;
+    if (this.closing) throw new Error('The event store is closed');
+  }
+
+  private async retriedAppendOrConflict(
+    streamName: string,
+    events: readonly NewEvent[],
+    expected: ExpectedRevision,
+    currentCount: number,
+    firstRevision: number | null,
+  ): Promise<AppendResult> {
+    const conflict = new WrongExpectedRevisionError(streamName, expected, currentCount === 0 ? 'no_stream' : BigInt(currentCount - 1));
+    const stream = this.index.streams.get(streamName);
+    if (stream === undefined || firstRevision === null || firstRevision < stream.firstRevision || firstRevision + events.length > currentCount) {
+      throw conflict;
+    }
+    const from = firstRevision - stream.firstRevision;
+    const positions = stream.positions.slice(from, from + events.length);
+    // The original may still be waiting for its fsync; answer only once it is durable.
+    await this.untilDurable(() => stream.firstRevision + stream.durableCount > firstRevision + events.length - 1);
+    const stored = await Promise.all(positions.map((position) => this.reader.readRecord(position)));
+    const sameEvents = stored.every((record, i) => record !== null && decodeEvent(record).id === events[i]?.id);
+    if (!sameEvents) throw conflict;
+    return { nextExpectedRevision: BigInt(firstRevision + events.length - 1), position: positionAt(positions[positions.length - 1] ?? 0) };
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushRunning) return;
+    this.flushRunning = true;
+    // Waiting one turn of the event loop lets appends issued together share one fsync.
+    this.flushDone = new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.flushLoop());
+  }
+
+  private async flushLoop(): Promise<void> {
+    for (;;) {
+      if (this.queue.length === 0 || this.failure !== null) {
+        this.flushRunning = false;
+        return;
+      }
+      // Appends arriving while this batch is written and synced form the next batch; a
+      // batch stops where a new segment begins.
+      const base = (this.queue[0] as PendingAppend).base;
+      const split = this.queue.findIndex((append) => append.base !== base);
+      const batch = split === -1 ? this.queue : this.queue.slice(0, split);
+      this.queue = split === -1 ? [] : this.queue.slice(split);
+      try {
+        if (base !== this.active().base) await this.startSegment(base);
+        const bytes = batch.length === 1 ? (batch[0] as PendingAppend).bytes : Buffer.concat(batch.map((a) => a.bytes));
+        markFirstOfBatch(bytes);
+        const start = (batch[0] as PendingAppend).fileOffset;
+        await writeFully(this.active().handle, bytes, start);
+        await this.active().handle.datasync();
+        this.activeTable.coveredCrc = crc32(bytes, this.activeTable.coveredCrc ?? 0);
+        this.recent.remember(base + start, bytes);
+        this.commit(batch, bytes.length);
+      } catch (error) {
+        this.fail(error, batch);
+      }
+    }
+  }
+
+  /** Seals the active segment (its index checkpoint is written in the background) and creates the next. */
+  private async startSegment(base: number): Promise<void> {
+    const sealed = this.active();
+    const sealedTable = this.activeTable;
+    const handle = await createSegmentFile(this.directory, { base, generation: 0 });
+    this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, this.pool)];
+    this.activeTable = new SegmentTable(base, SEGMENT_HEADER_SIZE);
+    this.activeTable.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
+    this.recent.forget();
+    sealed.seal();
+    sealedTable.coveredSize = sealed.size;
+    const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false).catch((error: unknown) =>
+      this.options.log(`Event log: could not write the index checkpoint of ${sealed.file} (${errorMessage(error)}); the next open scans it`),
+    );
+    this.sealing.add(writing);
+    void writing.finally(() => this.sealing.delete(writing));
+  }
+
+  private commit(batch: readonly PendingAppend[], bytes: number): void {
+    let events = 0;
+    const segment = this.active();
+    for (const append of batch) {
+      const stream = this.index.stream(append.streamName);
+      stream.durableCount += append.records.length;
+      for (const record of append.records) {
+        segment.noteRecord(record.position, record.writtenAt);
+        this.activeTable.add(append.streamName, record.revision, record.position, record.writtenAt);
+        if (!append.streamName.startsWith('$')) this.index.lastUserPosition = record.position;
+      }
+      if (append.maxAgeChange !== null) {
+        this.index.applyMaxAge(append.maxAgeChange.target, append.maxAgeChange.maxAge);
+        this.activeTable.maxAgeChanges.push(append.maxAgeChange);
+      }
+      segment.size = append.fileOffset + append.bytes.length;
+      this.activeTable.coveredSize = segment.size;
+      events += append.records.length;
+    }
+    for (const append of batch) append.resolve(append.result);
+    this.wakeWaiters();
+    try {
+      this.options.onGroupCommit?.({ appends: batch.length, events, bytes } satisfies GroupCommit);
+    } catch (error) {
+      // An observer's bug must not stop the writer.
+      console.error('onGroupCommit failed', error);
+    }
+  }
+
+  private fail(error: unknown, batch: readonly PendingAppend[]): void {
+    // What reached the disk is unknown now; only a reopen (which rescans the log) can tell.
+    this.recent.forget();
+    this.failure = new Error(`Event log write failed; reopen the event store: ${errorMessage(error)}`, { cause: error });
+    for (const append of [...batch, ...this.queue]) append.reject(this.failure);
+    this.queue = [];
+    this.wakeWaiters();
+  }
+
+  protected waitForChange(): Promise<void> {
+    return new Promise((resolve) => this.changeWaiters.push(resolve));
+  }
+
+  protected wakeWaiters(): void {
+    const waiters = this.changeWaiters;
+    this.changeWaiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  private async untilDurable(condition: () => boolean): Promise<void> {
+    while (!condition()) {
+      if (this.failure !== null) throw this.failure;
+      if (this.closing && !this.flushRunning) throw new Error('The event store is closed');
+      await this.waitForChange();
+    }
+  }
+
+
+}

@@ -5,8 +5,8 @@
  *    BENCH_HUBS (100) hubs for BENCH_DAYS (90) days, a heartbeat every 45 s with outages,
  *    renames, IP changes and logins: about 17 million events at the defaults. The days end
  *    now, so the retention (7 days) finds most heartbeats expired.
- * 2. Bytes on disk in DATA_DIR, before and after reclaiming expired heartbeats, when the
- *    store offers `reclaimExpired()` (reported as not available otherwise).
+ * 2. Bytes on disk in DATA_DIR, before and after reclaiming expired heartbeats (the store's
+ *    `reclaimExpired()`).
  * 3. Ready time of the service on that DATA_DIR: from spawning the process to the first 200
  *    of GET /api/v1/health/ready, without a start snapshot (full replay) and with one (the
  *    one the previous run wrote at shutdown); the same on an empty log. BENCH_RUNS (3) runs
@@ -22,7 +22,6 @@ import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
-import type { EventStore } from '../src/infra/eventstore/port';
 import { SNAPSHOT_FILE_NAME } from '../src/runtime/snapshot';
 import { HEARTBEAT_SECONDS, writeHistory, type HistoryCounts } from './longevity-history';
 
@@ -31,15 +30,6 @@ const HUBS = Number(process.env.BENCH_HUBS ?? 100);
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 const ROOT = join(__dirname, '..');
 const READY_TIMEOUT_MS = 30 * 60_000;
-
-/** What the other half of the embedded store offers once it reclaims expired heartbeats. */
-interface Reclaiming {
-  reclaimExpired(): Promise<{ segmentsCompacted: number; eventsReclaimed: number; bytesBefore: number; bytesAfter: number }>;
-}
-
-function canReclaim(store: EventStore): store is EventStore & Reclaiming {
-  return typeof (store as Partial<Reclaiming>).reclaimExpired === 'function';
-}
 
 /** Every byte under the directory (the log may be one file or a folder of segments). */
 function bytesOnDisk(dir: string): number {
@@ -95,7 +85,6 @@ async function timedOpen(dir: string): Promise<number> {
 async function reclaim(dir: string): Promise<string> {
   const store = await openEmbeddedEventStore(dir);
   try {
-    if (!canReclaim(store)) return 'not available (this event store has no reclaimExpired())';
     const started = Date.now();
     const result = await store.reclaimExpired();
     return `${result.eventsReclaimed} events reclaimed, ${result.segmentsCompacted} segments compacted in ${seconds(Date.now() - started)} (store: ${mb(result.bytesBefore)} → ${mb(result.bytesAfter)})`;

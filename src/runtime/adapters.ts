@@ -44,7 +44,7 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     if (config.secrets.internalApiKeys === undefined) {
       logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
     }
-    const eventStore = instrumentEventStore(await openEmbeddedEventStore(config.dataDir), appends);
+    const eventStore = instrumentEventStore(await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) }), appends);
     const snapshotAt = snapshotFile(config.dataDir);
     const restored = await loadStartSnapshot(snapshotAt, snapshotVersion(config.version), eventStore, logger);
     const readModels = await openMemoryReadModels(eventStore, restored?.readModels);

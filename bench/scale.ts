@@ -1,0 +1,27 @@
+/**
+ * `npm run bench:scale`: what distributed mode costs per operation and how far one
+ * projector goes.
+ * 1. Round trips per operation, counted at the clients on the stack's stand-ins
+ *    (bench/scale-round-trips.ts).
+ * 2. Projector throughput against the memory read store with a simulated round-trip time
+ *    per call (bench/scale-projector.ts).
+ * BENCH_PARTS=round-trips,projector chooses the parts (both by default).
+ */
+import { measureRoundTrips, roundTripTable } from './scale-round-trips';
+
+const PARTS = (process.env.BENCH_PARTS ?? 'round-trips,projector').split(',').map((p) => p.trim());
+
+async function main(): Promise<void> {
+  const stamp = new Date().toISOString();
+  if (PARTS.includes('round-trips')) {
+    const results = await measureRoundTrips();
+    process.stdout.write(`\n## Round trips per operation (distributed, stand-ins), ${stamp}\n\n${roundTripTable(results)}\n`);
+  }
+}
+
+main()
+  .then(() => process.exit(0))
+  .catch((error: unknown) => {
+    process.stderr.write(`bench:scale failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exit(1);
+  });

@@ -53,6 +53,33 @@ export function readStoreContract(
     }
 
     describe('get, put and the guard', () => {
+      it('getMany answers the documents that exist with their guards; writeMany applies each change under its own guard', async () => {
+        await devices().put(device('a', { name: 'a1' }), 'g2');
+        await devices().put(device('b', { name: 'b1' }), 'g2');
+        await devices().put(device('c', { name: 'c1' }), 'g2');
+        const found = await devices().getMany(['a', 'b', 'missing']);
+        expect([...found.keys()].sort()).toEqual(['a', 'b']);
+        expect(found.get('a')).toEqual({ doc: device('a', { name: 'a1' }), guard: 'g2' });
+        expect(await devices().getMany([])).toEqual(new Map());
+
+        await devices().writeMany([
+          { kind: 'put', doc: device('a', { name: 'a2' }), guard: 'g3' },
+          // Refused (not above the stored guard): skipped, and the rest still written.
+          { kind: 'put', doc: device('b', { name: 'b-old' }), guard: 'g1' },
+          { kind: 'put', doc: device('d', { name: 'd1' }), guard: 'g1' },
+          { kind: 'remove', id: 'c', guard: 'g3' },
+          { kind: 'remove', id: 'b', guard: 'g2' },
+        ]);
+        expect(await devices().get('a')).toEqual(device('a', { name: 'a2' }));
+        expect(await devices().getGuard('a')).toBe('g3');
+        expect(await devices().get('b')).toEqual(device('b', { name: 'b1' }));
+        expect(await devices().get('c')).toBeNull();
+        expect(await devices().get('d')).toEqual(device('d', { name: 'd1' }));
+        expect(await devices().count()).toBe(3);
+        await devices().writeMany([]);
+        expect(await devices().count()).toBe(3);
+      });
+
       it('answers null for a document that was never written', async () => {
         expect(await devices().get('missing')).toBeNull();
         expect(await devices().getGuard('missing')).toBeNull();

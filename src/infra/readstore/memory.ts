@@ -1,4 +1,4 @@
-import type { FieldFilter, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
+import type { DocChange, FieldFilter, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
 
 /**
  * Embedded mode's read store. Follows MongoDB's query semantics so both adapters answer
@@ -88,6 +88,23 @@ class MemoryCollection implements ReadCollection<Stored> {
   async getGuard(id: string): Promise<string | null> {
     assertId(id);
     return this.entries.get(id)?.guard ?? null;
+  }
+
+  async getMany(ids: readonly string[]): Promise<Map<string, GuardedDoc<Stored>>> {
+    const found = new Map<string, GuardedDoc<Stored>>();
+    for (const id of ids) {
+      assertId(id);
+      const entry = this.entries.get(id);
+      if (entry !== undefined) found.set(id, entry);
+    }
+    return found;
+  }
+
+  async writeMany(changes: ReadonlyArray<DocChange<Stored>>): Promise<void> {
+    for (const change of changes) {
+      if (change.kind === 'put') await this.put(change.doc, change.guard);
+      else await this.remove(change.id, change.guard);
+    }
   }
 
   async find(query: Query = {}): Promise<Stored[]> {

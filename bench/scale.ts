@@ -7,6 +7,7 @@
  *    per call (bench/scale-projector.ts).
  * BENCH_PARTS=round-trips,projector chooses the parts (both by default).
  */
+import { measureProjector, projectorTable } from './scale-projector';
 import { measureRoundTrips, roundTripTable } from './scale-round-trips';
 
 const PARTS = (process.env.BENCH_PARTS ?? 'round-trips,projector').split(',').map((p) => p.trim());
@@ -16,6 +17,10 @@ async function main(): Promise<void> {
   if (PARTS.includes('round-trips')) {
     const results = await measureRoundTrips();
     process.stdout.write(`\n## Round trips per operation (distributed, stand-ins), ${stamp}\n\n${roundTripTable(results)}\n`);
+  }
+  if (PARTS.includes('projector')) {
+    const runs = await measureProjector();
+    process.stdout.write(`\n## Projector throughput under a simulated network, ${stamp}\n\n${projectorTable(runs)}\n`);
   }
 }
 

@@ -1,4 +1,5 @@
 import type { DocChange, FieldFilter, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
+import { SortedIndex } from './sorted-index';
 
 /**
  * Embedded mode's read store. Follows MongoDB's query semantics so both adapters answer
@@ -75,10 +76,24 @@ interface UniqueIndex {
   readonly owners: Map<string, string>;
 }
 
+/** A declared compound index of two fields or more, kept sorted (see sorted-index.ts). */
+interface CompoundIndex {
+  readonly fields: readonly string[];
+  readonly index: SortedIndex<Stored>;
+}
+
+/** How a compound index answers a query: the groups to read, and the conditions they do not settle. */
+interface SortedPlan {
+  readonly index: SortedIndex<Stored>;
+  readonly groups: ReadonlyArray<readonly Stored[]>;
+  readonly remaining: CompiledWhere;
+}
+
 class MemoryCollection implements ReadCollection<Stored> {
   private readonly entries = new Map<string, Entry>();
   private readonly equalityIndexes = new Map<string, EqualityIndex>();
   private readonly uniqueIndexes = new Map<string, UniqueIndex>();
+  private readonly compoundIndexes: CompoundIndex[] = [];
 
   async get(id: string): Promise<Stored | null> {
     assertId(id);
@@ -110,6 +125,9 @@ class MemoryCollection implements ReadCollection<Stored> {
   async find(query: Query = {}): Promise<Stored[]> {
     const { where, sort, skip, limit } = parseQuery(query);
     if (limit === 0) return [];
+    const [only] = sort;
+    const plan = sort.length === 1 && only !== undefined ? this.sortedPlan(where, only.field) : undefined;
+    if (plan !== undefined && only !== undefined) return pageFrom(plan, only.direction, skip, limit);
     const matching = this.select(where);
     const end = limit === undefined ? matching.length : Math.min(matching.length, skip + limit);
     if (skip >= end) return [];
@@ -117,7 +135,36 @@ class MemoryCollection implements ReadCollection<Stored> {
   }
 
   async count(where?: Where): Promise<number> {
-    return this.select(compileWhere(where)).length;
+    const compiled = compileWhere(where);
+    // A group's size answers a count its leading fields settle entirely.
+    const plan = this.sortedPlan(compiled, undefined);
+    if (plan !== undefined && plan.remaining.length === 0 && plan.groups.length <= 1) return plan.groups[0]?.length ?? 0;
+    return this.select(compiled).length;
+  }
+
+  /**
+   * The compound index that settles the most conditions by its leading fields (each needs an
+   * equality or `in` there), ending in `sortField` when one is given; undefined when none fits.
+   */
+  private sortedPlan(where: CompiledWhere, sortField: string | undefined): SortedPlan | undefined {
+    let best: { index: SortedIndex<Stored>; conditions: Condition[] } | undefined;
+    for (const { fields, index } of this.compoundIndexes) {
+      if (!index.usable || (sortField !== undefined && fields[fields.length - 1] !== sortField)) continue;
+      const conditions: Condition[] = [];
+      for (const field of fields.slice(0, -1)) {
+        const condition = where.find((c) => c.field === field && c.lookup !== undefined);
+        if (condition !== undefined) conditions.push(condition);
+      }
+      if (conditions.length !== fields.length - 1) continue;
+      if (best === undefined || conditions.length > best.conditions.length) best = { index, conditions };
+    }
+    if (best === undefined) return undefined;
+    const settled = best.conditions;
+    return {
+      index: best.index,
+      groups: best.index.groupsFor(settled.map((c) => c.lookup ?? [])),
+      remaining: where.filter((c) => !settled.includes(c)),
+    };
   }
 
   async put(doc: Stored, guard: string): Promise<boolean> {
@@ -165,6 +212,7 @@ class MemoryCollection implements ReadCollection<Stored> {
       for (const { doc } of this.entries.values()) addToEqualityIndex(index, doc);
       this.equalityIndexes.set(first.field, index);
     }
+    if (keys.length >= 2) this.addCompoundIndex(keys);
     if (options?.unique === true) {
       const name = keys.map((key) => key.field).join('\u0000');
       if (this.uniqueIndexes.has(name)) return;
@@ -179,8 +227,26 @@ class MemoryCollection implements ReadCollection<Stored> {
     }
   }
 
+  private addCompoundIndex(keys: readonly ParsedSortKey[]): void {
+    const fields = keys.map((key) => key.field);
+    if (this.compoundIndexes.some((known) => known.fields.join('\u0000') === fields.join('\u0000'))) return;
+    const last = keys[keys.length - 1] as ParsedSortKey;
+    const index = new SortedIndex<Stored>({
+      prefix: keys.slice(0, -1).map((key) => key.read),
+      sortField: last.field,
+      readSort: last.read,
+      compareValues: compareForSort,
+      compareIds: compareStrings,
+      idOf: (doc) => doc.id,
+      keysOf: equalityKeys,
+    });
+    for (const { doc } of this.entries.values()) index.add(doc);
+    this.compoundIndexes.push({ fields, index });
+  }
+
   async clear(): Promise<void> {
     this.entries.clear();
+    for (const { index } of this.compoundIndexes) index.clear();
     for (const index of this.equalityIndexes.values()) {
       index.buckets.clear();
       index.others.clear();
@@ -249,10 +315,12 @@ class MemoryCollection implements ReadCollection<Stored> {
 
   private index(doc: Stored, uniqueKeys: Map<UniqueIndex, string>): void {
     for (const index of this.equalityIndexes.values()) addToEqualityIndex(index, doc);
+    for (const { index } of this.compoundIndexes) index.add(doc);
     for (const [index, key] of uniqueKeys) index.owners.set(key, doc.id);
   }
 
   private unindex(doc: Stored): void {
+    for (const { index } of this.compoundIndexes) index.delete(doc);
     for (const index of this.equalityIndexes.values()) {
       const keys = equalityKeys(index.read(doc));
       if (keys === undefined) index.others.delete(doc);
@@ -269,6 +337,28 @@ class MemoryCollection implements ReadCollection<Stored> {
       if (index.owners.get(key) === doc.id) index.owners.delete(key);
     }
   }
+}
+
+/** A page read from a compound index: walked in order from one end, stopping once the page is full. */
+function pageFrom(plan: SortedPlan, direction: 1 | -1, skip: number, limit: number | undefined): Stored[] {
+  const page: Stored[] = [];
+  // A multikey document can sit in several of the groups read: each once.
+  const seen = plan.groups.length > 1 ? new Set<Stored>() : null;
+  let skipped = 0;
+  for (const doc of plan.index.walk(plan.groups, direction)) {
+    if (seen !== null) {
+      if (seen.has(doc)) continue;
+      seen.add(doc);
+    }
+    if (!matchesAll(plan.remaining, doc)) continue;
+    if (skipped < skip) {
+      skipped++;
+      continue;
+    }
+    page.push(doc);
+    if (limit !== undefined && page.length >= limit) break;
+  }
+  return page;
 }
 
 function addToEqualityIndex(index: EqualityIndex, doc: Stored): void {

@@ -5,12 +5,14 @@
  *    (bench/scale-round-trips.ts).
  * 2. Projector throughput against the memory read store with a simulated round-trip time
  *    per call (bench/scale-projector.ts).
- * BENCH_PARTS=round-trips,projector chooses the parts (both by default).
+ * 3. Redis memory per online hub: its expiry job and a tunnel room (bench/scale-redis-memory.ts).
+ * BENCH_PARTS=round-trips,projector,redis-memory chooses the parts (all by default).
  */
 import { measureProjector, projectorTable } from './scale-projector';
+import { measureRedisMemory, redisMemoryTable } from './scale-redis-memory';
 import { measureRoundTrips, roundTripTable } from './scale-round-trips';
 
-const PARTS = (process.env.BENCH_PARTS ?? 'round-trips,projector').split(',').map((p) => p.trim());
+const PARTS = (process.env.BENCH_PARTS ?? 'round-trips,projector,redis-memory').split(',').map((p) => p.trim());
 
 async function main(): Promise<void> {
   const stamp = new Date().toISOString();
@@ -21,6 +23,10 @@ async function main(): Promise<void> {
   if (PARTS.includes('projector')) {
     const runs = await measureProjector();
     process.stdout.write(`\n## Projector throughput under a simulated network, ${stamp}\n\n${projectorTable(runs)}\n`);
+  }
+  if (PARTS.includes('redis-memory')) {
+    const memory = await measureRedisMemory();
+    process.stdout.write(`\n## Redis memory per online hub, ${stamp}\n\n${redisMemoryTable(memory)}\n`);
   }
 }
 

@@ -1,5 +1,5 @@
 import type { DocChange, FieldFilter, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
-import { SortedIndex } from './sorted-index';
+import { SortedIndex, type SortedGroup } from './sorted-index';
 
 /**
  * Embedded mode's read store. Follows MongoDB's query semantics so both adapters answer
@@ -85,7 +85,7 @@ interface CompoundIndex {
 /** How a compound index answers a query: the groups to read, and the conditions they do not settle. */
 interface SortedPlan {
   readonly index: SortedIndex<Stored>;
-  readonly groups: ReadonlyArray<readonly Stored[]>;
+  readonly groups: ReadonlyArray<SortedGroup<Stored>>;
   readonly remaining: CompiledWhere;
 }
 
@@ -138,7 +138,7 @@ class MemoryCollection implements ReadCollection<Stored> {
     const compiled = compileWhere(where);
     // A group's size answers a count its leading fields settle entirely.
     const plan = this.sortedPlan(compiled, undefined);
-    if (plan !== undefined && plan.remaining.length === 0 && plan.groups.length <= 1) return plan.groups[0]?.length ?? 0;
+    if (plan !== undefined && plan.remaining.length === 0 && plan.groups.length <= 1) return plan.groups[0]?.size ?? 0;
     return this.select(compiled).length;
   }
 
@@ -175,9 +175,9 @@ class MemoryCollection implements ReadCollection<Stored> {
     if (previous !== undefined && compareStrings(previous.guard, guard) >= 0) return false;
     const stored = frozenCopy(doc, 'document') as Stored;
     const uniqueKeys = this.checkUnique(stored);
-    if (previous !== undefined) this.unindex(previous.doc);
+    if (previous !== undefined) this.unindex(previous.doc, stored);
     this.entries.set(stored.id, { doc: stored, guard });
-    this.index(stored, uniqueKeys);
+    this.index(stored, uniqueKeys, previous?.doc);
     return true;
   }
 
@@ -313,14 +313,19 @@ class MemoryCollection implements ReadCollection<Stored> {
     return keys;
   }
 
-  private index(doc: Stored, uniqueKeys: Map<UniqueIndex, string>): void {
+  /** `replacing`: the version `doc` replaces, already out of every index but the compound ones. */
+  private index(doc: Stored, uniqueKeys: Map<UniqueIndex, string>, replacing?: Stored): void {
     for (const index of this.equalityIndexes.values()) addToEqualityIndex(index, doc);
-    for (const { index } of this.compoundIndexes) index.add(doc);
+    for (const { index } of this.compoundIndexes) {
+      if (replacing === undefined) index.add(doc);
+      else index.replace(replacing, doc);
+    }
     for (const [index, key] of uniqueKeys) index.owners.set(key, doc.id);
   }
 
-  private unindex(doc: Stored): void {
-    for (const { index } of this.compoundIndexes) index.delete(doc);
+  /** With `replacement`, compound indexes are left for `index` to update in place. */
+  private unindex(doc: Stored, replacement?: Stored): void {
+    if (replacement === undefined) for (const { index } of this.compoundIndexes) index.delete(doc);
     for (const index of this.equalityIndexes.values()) {
       const keys = equalityKeys(index.read(doc));
       if (keys === undefined) index.others.delete(doc);

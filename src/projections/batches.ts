@@ -20,20 +20,25 @@ interface Queued {
   readonly bytes: number;
 }
 
+/** Microtask hops a lone live event waits for company: a few items of a synchronous burst. */
+const GATHER_HOPS = 8;
+
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 /**
  * Groups a subscription's items into batches. The subscription is read ahead into a queue
  * (up to the limits) while the previous batch is being written, so under load a batch is
  * whatever arrived meanwhile; a batch ends at a `caught-up` item, so "caught up" is never
- * delayed behind later events. An event arriving alone waits for one turn of the event
- * loop at most (what else arrived in that same turn joins it), never for a batch to fill.
+ * delayed behind later events. A live event arriving alone is taken within the same turn of
+ * the event loop (with what arrives alongside it), never held for a batch to fill.
  */
 export async function* batchesOf(subscription: AsyncIterable<SubscriptionItem>, limits: BatchLimits = DEFAULT_BATCH_LIMITS): AsyncGenerator<Batch> {
   const iterator = subscription[Symbol.asyncIterator]();
   let queue: Queued[] = [];
   let queuedBytes = 0;
   let ended = false;
+  /** History has been replayed (the subscription said so): from now on writes wait for each batch. */
+  let live = false;
   /** The consumer left (the projector stopped or failed): the pump stops reading ahead. */
   let left = false;
   let failure: { readonly error: unknown } | null = null;
@@ -72,11 +77,15 @@ export async function* batchesOf(subscription: AsyncIterable<SubscriptionItem>, 
         if (failure !== null) throw (failure as { readonly error: unknown }).error;
         if (ended) return;
         await new Promise<void>((resolve) => (wakeConsumer = resolve));
-        // Whatever else is ready by the next turn joins this batch.
-        await nextTurn();
+        // Replaying history, nobody waits for an event: what else arrives by the next turn
+        // joins the batch. Live, writes wait for it (read-your-writes), and under load a turn
+        // of the event loop is milliseconds: only what comes in the same turn joins.
+        if (live) for (let hop = 0; hop < GATHER_HOPS; hop++) await Promise.resolve();
+        else await nextTurn();
         continue;
       }
       const taken = take(queue, limits);
+      if (taken.batch.caughtUp) live = true;
       queue = queue.slice(taken.count);
       queuedBytes -= taken.bytes;
       wake('pump');

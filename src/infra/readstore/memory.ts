@@ -1,5 +1,5 @@
 import type { DocChange, FieldFilter, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
-import { SortedIndex, type SortedGroup } from './sorted-index';
+import { SortedIndex, type IndexGroup } from './sorted-index';
 
 /**
  * Embedded mode's read store. Follows MongoDB's query semantics so both adapters answer
@@ -85,7 +85,7 @@ interface CompoundIndex {
 /** How a compound index answers a query: the groups to read, and the conditions they do not settle. */
 interface SortedPlan {
   readonly index: SortedIndex<Stored>;
-  readonly groups: ReadonlyArray<SortedGroup<Stored>>;
+  readonly groups: ReadonlyArray<IndexGroup<Stored>>;
   readonly remaining: CompiledWhere;
 }
 
@@ -231,7 +231,11 @@ class MemoryCollection implements ReadCollection<Stored> {
     const fields = keys.map((key) => key.field);
     if (this.compoundIndexes.some((known) => known.fields.join('\u0000') === fields.join('\u0000'))) return;
     const last = keys[keys.length - 1] as ParsedSortKey;
+    // The top-level fields the index reads: a new version that shares them all (a spread copy
+    // changing something else) sorts where the old one did.
+    const tops = [...new Set(fields.map((field) => field.split('.')[0] as string))];
     const index = new SortedIndex<Stored>({
+      sameFields: (a, b) => tops.every((top) => a[top] === b[top]),
       prefix: keys.slice(0, -1).map((key) => key.read),
       sortField: last.field,
       readSort: last.read,

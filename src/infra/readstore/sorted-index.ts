@@ -20,10 +20,26 @@ export interface SortedIndexSpec<D> {
   readonly idOf: (doc: D) => string;
   /** The group keys a value belongs to (each element's for an array of scalars); undefined when it has none. */
   readonly keysOf: (value: unknown) => readonly Scalar[] | undefined;
+  /**
+   * True when two versions of a document hold the very same values for every field of the
+   * index (a cheap identity test; false only means "look closer").
+   */
+  readonly sameFields: (a: D, b: D) => boolean;
 }
 
+/** A document's place in one group: a new version that sorts alike takes it over in place. */
+interface Slot<D> {
+  doc: D;
+  readonly key: string;
+}
+
+/** One group of an index, for queries: its size, and its documents through `walk`. */
+export type IndexGroup<D> = SortedGroup<Slot<D>>;
+
 export class SortedIndex<D> {
-  private readonly groups = new Map<string, SortedGroup<D>>();
+  private readonly groups = new Map<string, IndexGroup<D>>();
+  /** Each document's slots, by id (one per group it sits in). */
+  private readonly slots = new Map<string, Array<Slot<D>>>();
   /** Documents it cannot place (an object or an array where a scalar is needed): while any exist, it is not used. */
   private readonly unplaced = new Set<D>();
 
@@ -39,55 +55,66 @@ export class SortedIndex<D> {
       this.unplaced.add(doc);
       return;
     }
+    const placed: Array<Slot<D>> = [];
     for (const key of keys) {
       let group = this.groups.get(key);
-      if (group === undefined) this.groups.set(key, (group = new SortedGroup<D>((a, b) => this.order(a, b, 1))));
-      group.insert(doc);
+      if (group === undefined) this.groups.set(key, (group = new SortedGroup<Slot<D>>((a, b) => this.order(a.doc, b.doc, 1))));
+      const slot: Slot<D> = { doc, key };
+      group.insert(slot);
+      placed.push(slot);
     }
+    this.slots.set(this.spec.idOf(doc), placed);
   }
 
   /**
    * A new version of a document: where its groups and sort value are unchanged (a heartbeat
-   * leaves all but one index as they were), it takes the old one's place without moving
-   * anything; otherwise it moves.
+   * leaves all but one index as they were), it takes over the old one's slots without
+   * anything moving; otherwise it moves.
    */
   replace(previous: D, next: D): void {
-    const before = this.unplaced.has(previous) ? undefined : this.groupKeys(previous);
-    const after = this.groupKeys(next);
-    const samePlace =
-      before !== undefined &&
-      after !== undefined &&
-      before.length === after.length &&
-      before.every((key, i) => key === after[i]) &&
-      this.spec.compareValues(this.spec.readSort(previous), this.spec.readSort(next)) === 0;
-    if (!samePlace) {
-      this.delete(previous);
-      this.add(next);
+    if (!this.unplaced.has(previous) && (this.spec.sameFields(previous, next) || this.samePlace(previous, next))) {
+      for (const slot of this.slots.get(this.spec.idOf(previous)) ?? []) slot.doc = next;
       return;
     }
-    for (const key of after) this.groups.get(key)?.replace(previous, next);
+    this.delete(previous);
+    this.add(next);
   }
 
   delete(doc: D): void {
     if (this.unplaced.delete(doc)) return;
-    for (const key of this.groupKeys(doc) ?? []) {
-      const group = this.groups.get(key);
+    const id = this.spec.idOf(doc);
+    for (const slot of this.slots.get(id) ?? []) {
+      const group = this.groups.get(slot.key);
       if (group === undefined) continue;
-      group.remove(doc);
-      if (group.size === 0) this.groups.delete(key);
+      group.remove(slot);
+      if (group.size === 0) this.groups.delete(slot.key);
     }
+    this.slots.delete(id);
   }
 
   clear(): void {
     this.groups.clear();
+    this.slots.clear();
     this.unplaced.clear();
   }
 
+  private samePlace(previous: D, next: D): boolean {
+    const before = this.groupKeys(previous);
+    const after = this.groupKeys(next);
+    return (
+      before !== undefined &&
+      after !== undefined &&
+      before.length === after.length &&
+      before.every((key, i) => key === after[i]) &&
+      this.spec.compareValues(this.spec.readSort(previous), this.spec.readSort(next)) === 0
+    );
+  }
+
   /** The groups for these values of the leading fields (one list of values per field: every combination). */
-  groupsFor(lookups: ReadonlyArray<readonly Scalar[]>): ReadonlyArray<SortedGroup<D>> {
+  groupsFor(lookups: ReadonlyArray<readonly Scalar[]>): ReadonlyArray<IndexGroup<D>> {
     let combinations: Scalar[][] = [[]];
     for (const values of lookups) combinations = combinations.flatMap((prefix) => [...new Set(values)].map((value) => [...prefix, value]));
-    const found: Array<SortedGroup<D>> = [];
+    const found: Array<IndexGroup<D>> = [];
     for (const combination of combinations) {
       const group = this.groups.get(groupKey(combination));
       if (group !== undefined) found.push(group);
@@ -96,7 +123,7 @@ export class SortedIndex<D> {
   }
 
   /** The documents of these groups in sort order (`direction` on the sort field, then id ascending). */
-  *walk(groups: ReadonlyArray<SortedGroup<D>>, direction: 1 | -1): Generator<D> {
+  *walk(groups: ReadonlyArray<IndexGroup<D>>, direction: 1 | -1): Generator<D> {
     const cursors = groups.map((group) => runs(group, direction, this.spec));
     const heads = cursors.map((cursor) => cursor.next());
     for (;;) {
@@ -150,13 +177,13 @@ function groupKey(combination: readonly Scalar[]): string {
  * A group in order: forwards when ascending; descending, runs of equal values from the end,
  * each run forwards, so ties stay in id order.
  */
-function* runs<D>(group: SortedGroup<D>, direction: 1 | -1, spec: SortedIndexSpec<D>): Generator<D> {
+function* runs<D>(group: IndexGroup<D>, direction: 1 | -1, spec: SortedIndexSpec<D>): Generator<D> {
   if (direction === 1) {
-    yield* group.forwards();
+    for (const slot of group.forwards()) yield slot.doc;
     return;
   }
   let run: D[] = [];
-  for (const doc of group.backwards()) {
+  for (const { doc } of group.backwards()) {
     const first = run[0];
     if (first !== undefined && spec.compareValues(spec.readSort(first), spec.readSort(doc)) !== 0) {
       for (let i = run.length - 1; i >= 0; i--) yield run[i] as D;
@@ -206,14 +233,6 @@ export class SortedGroup<D> {
     block.splice(at, 1);
     if (block.length === 0) this.blocks.splice(b, 1);
     this.count--;
-  }
-
-  /** Puts `next` where `previous` is: the caller knows they sort alike. */
-  replace(previous: D, next: D): void {
-    const block = this.blocks[this.blockFor(previous)];
-    if (block === undefined) return;
-    const at = this.indexIn(block, previous);
-    if (block[at] === previous) block[at] = next;
   }
 
   *forwards(): Generator<D> {

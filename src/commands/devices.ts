@@ -94,6 +94,17 @@ export interface DeviceCommands {
   heartbeat(uuid: string, tokenGen: number, input: HeartbeatInput, ctx: CommandContext): Promise<HeartbeatResult>;
 }
 
+/** Whether the decider accepts this heartbeat on that state (its token current, the device active). */
+function acceptsHeartbeat(command: RecordHeartbeat, state: DeviceState): boolean {
+  try {
+    deviceDecider.decide(command, state);
+    return true;
+  } catch (error) {
+    if (error instanceof UnauthorizedError) return false;
+    throw error;
+  }
+}
+
 function active(state: DeviceState): ActiveDevice {
   // Every command that succeeds on a device leaves it active, except DeleteDevice.
   if (state.status !== 'active') throw new NotFoundError(DEVICE_MESSAGES.notFound);
@@ -208,15 +219,24 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
     },
 
     /**
-     * The hot path. It reads only what is new in `device-<uuid>` since this process last
-     * folded it (only transitions live there), appends the tiny `HeartbeatReceived` to
-     * `heartbeat-<uuid>` without reading it, and appends to the device stream only on a
-     * transition. No Redis, no BullMQ: the expiry role schedules from the device streams.
+     * The hot path: two event-store calls for a routine heartbeat. It appends the tiny
+     * `HeartbeatReceived` to `heartbeat-<uuid>` without reading that stream, then reads what
+     * is new in `device-<uuid>` since this process last folded it (only transitions live
+     * there, so usually nothing) and appends to the device stream only on a transition. No
+     * Redis, no BullMQ: the expiry role schedules from the device streams.
      *
-     * Order matters (the race with an expiry job, src/commands/presence.ts): the token is
-     * checked before anything is written, the heartbeat is appended next, and transitions
-     * are decided only after that, on a fresh read of the device stream — so an offline
-     * transition the job appended meanwhile is seen here and answered with DeviceWentOnline.
+     * The token is checked before anything is written, against this process's fold of the
+     * device stream; a device it has not folded yet, or whose fold refuses the token (a newer
+     * token may have been issued through another process), is read first (a third call).
+     * The fold is current for every change made through this process; a token revoked
+     * through another API process since this one last read the stream is refused by the
+     * read that follows the append (401): such a heartbeat is recorded, once per process,
+     * and later ones are refused before anything is written.
+     *
+     * Order matters (the race with an expiry job, src/commands/presence.ts): transitions are
+     * decided only after the heartbeat is appended, on a fresh read of the device stream, so
+     * an offline transition the job appended meanwhile is seen here and answered with
+     * DeviceWentOnline (or the job's re-read of the heartbeat stream sees this heartbeat).
      */
     async heartbeat(uuid, tokenGen, input, ctx) {
       const now = clock.now().toISOString();
@@ -231,9 +251,14 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
         },
       };
       const stream = deviceStream(uuid);
-      const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, cache.get(stream));
-      if (known.revision >= 0n) cache.set(stream, known);
-      deviceDecider.decide(command, known.state); // 401 for a revoked token, before the heartbeat is recorded
+      const folded = cache.get(stream);
+      // 401 for a revoked token, before the heartbeat is recorded. A fold that refuses it may
+      // predate a newer token issued through another process: only a fresh read refuses.
+      if (folded === undefined || !acceptsHeartbeat(command, folded.state)) {
+        const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, folded);
+        if (known.revision >= 0n) cache.set(stream, known);
+        deviceDecider.decide(command, known.state);
+      }
       const beat = await eventStore.append(heartbeatStream(uuid), toNewEvents([heartbeatReceived(command)], ctx, now), 'any');
       const result = await run(uuid, command, ctx);
       deps.onHeartbeat?.();

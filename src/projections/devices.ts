@@ -46,10 +46,6 @@ export function accessKey(userId: string, role: DeviceRole): string {
   return `${userId}:${role}`;
 }
 
-function anyRole(userId: string): string[] {
-  return DEVICE_ROLES.map((role) => accessKey(userId, role));
-}
-
 function withUsers(doc: DeviceDoc, users: readonly DeviceUserEntry[]): DeviceDoc {
   return { ...doc, users, access: users.map((u) => accessKey(u.userId, u.role)) };
 }
@@ -127,8 +123,12 @@ export function evolveDeviceDoc(doc: DeviceDoc | null, recorded: RecordedEvent):
   }
 }
 
+/** The users linked to a device: one entry per user, so each device sits once under each of its users. */
+const USER_FIELD = 'users.userId';
+
+/** A user's devices in the order of `field`: a page is a range of this index, and no query sorts. */
 const byUser = (field: keyof DeviceDoc): SortKey[] => [
-  { field: 'access', order: 'asc' },
+  { field: USER_FIELD, order: 'asc' },
   { field, order: 'asc' },
 ];
 
@@ -146,6 +146,10 @@ export const devicesProjection = documentProjection<DeviceDoc>({
   evolve: (doc, event) => evolveDeviceDoc(doc, event),
   indexes: [
     ...DEVICE_SORT_FIELDS.map((field) => ({ fields: byUser(field) })),
+    // Counts of a user's online (or offline) devices, and their pages by creation time.
+    { fields: [{ field: USER_FIELD, order: 'asc' }, { field: 'isOnline', order: 'asc' }, { field: 'createdAt', order: 'asc' }] },
+    // Owned devices (the per-user limit) and role filters.
+    { fields: [{ field: 'access', order: 'asc' }] },
     { fields: [{ field: 'internalId', order: 'asc' }] },
   ],
 });
@@ -203,8 +207,10 @@ export async function listDevicesForUser(store: ReadStore, q: DeviceListQuery): 
           ...(q.createdBefore !== undefined ? { lte: q.createdBefore } : {}),
         }
       : undefined;
+  // Every role: the user's entry in `users` alone (one index range); some roles: their access keys on top.
   const where: Where = {
-    access: { in: roles.map((role) => accessKey(q.userId, role)) },
+    [USER_FIELD]: q.userId,
+    ...(roles.length < DEVICE_ROLES.length ? { access: { in: roles.map((role) => accessKey(q.userId, role)) } } : {}),
     ...(q.online !== undefined ? { isOnline: q.online } : {}),
     ...(createdAt !== undefined ? { createdAt } : {}),
   };
@@ -235,7 +241,7 @@ export async function deviceSummariesForUser(
   userId: string,
 ): Promise<Array<{ id: string; name: string; role: DeviceRole; isOnline: boolean }>> {
   const docs = await devices(store).find({
-    where: { access: { in: anyRole(userId) } },
+    where: { [USER_FIELD]: userId },
     sort: [{ field: 'createdAt', order: 'asc' }],
   });
   return withRoles(docs, userId).map(({ device, role }) => ({ id: device.internalId, name: device.name, role, isOnline: device.isOnline }));

@@ -1,6 +1,7 @@
 import type { EventStore, GlobalPosition, RecordedEvent, Subscription } from '../infra/eventstore/port';
 import { formatPosition, parsePosition } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
+import { batchesOf, DEFAULT_BATCH_LIMITS, type BatchLimits } from './batches';
 import type { Projection } from './projection';
 
 export const CHECKPOINT_NAME = 'projector';
@@ -17,8 +18,10 @@ export interface ProjectorOptions {
   /** Write the checkpoint at least this often while events keep coming. */
   readonly checkpointEveryEvents?: number;
   readonly checkpointEveryMs?: number;
-  /** Told after every applied event; the read-your-writes watermark listens here. */
+  /** Told once per applied batch, with its last position; the read-your-writes watermark listens here. */
   readonly onApplied?: (position: GlobalPosition) => void;
+  /** How much one batch may hold (see src/projections/batches.ts). */
+  readonly batchLimits?: BatchLimits;
   readonly onError?: (error: unknown) => void;
 }
 
@@ -33,11 +36,13 @@ export interface Projector {
 }
 
 /**
- * Catch-up subscription over all events from the stored checkpoint. Events are applied
- * in order, one at a time, to every projection that reads their stream (an event no
- * projection reads only moves the position); the checkpoint
- * is written after the writes (batched: writes are idempotent, so a crash between a
- * write and its checkpoint only re-applies events harmlessly).
+ * Catch-up subscription over all events from the stored checkpoint, applied in batches:
+ * whatever the subscription has ready (bounded), each projection given the batch's events
+ * of its streams (an event no projection reads only moves the position). Each projection
+ * reads the documents it touches once and writes its changes with one bulk write; then
+ * the position moves, `onApplied` hears of it once, and the checkpoint is written when due
+ * (writes are guarded, so a crash between the writes and the checkpoint only re-applies
+ * a batch harmlessly).
  */
 export async function startProjector(
   eventStore: EventStore,
@@ -86,30 +91,33 @@ export async function startProjector(
     timer.unref();
   };
 
-  const apply = async (event: RecordedEvent): Promise<void> => {
-    for (const projection of projections) {
-      if (projection.streamPrefixes.some((prefix) => event.streamName.startsWith(prefix))) {
-        await projection.apply(event, readStore);
-      }
-    }
-    position = event.position;
-    eventsApplied++;
-    sinceCheckpoint++;
-    lastEventAt = event.metadata.occurredAt;
+  const applyBatch = async (events: readonly RecordedEvent[]): Promise<void> => {
+    const last = events[events.length - 1];
+    if (last === undefined) return;
+    // Collections are independent and the checkpoint comes after all of them: in parallel.
+    await Promise.all(
+      projections.map((projection) => {
+        const mine = events.filter((event) => projection.streamPrefixes.some((prefix) => event.streamName.startsWith(prefix)));
+        return mine.length === 0 ? undefined : projection.applyBatch(mine, readStore);
+      }),
+    );
+    position = last.position;
+    eventsApplied += events.length;
+    sinceCheckpoint += events.length;
+    lastEventAt = last.metadata.occurredAt;
     if (sinceCheckpoint >= everyEvents || Date.now() - lastCheckpointAt >= everyMs) await writeCheckpoint();
     else scheduleIdleCheckpoint();
-    options.onApplied?.(event.position);
+    options.onApplied?.(last.position);
   };
 
   const done = (async () => {
-    for await (const item of subscription) {
-      if (item.kind === 'caught-up') {
+    for await (const batch of batchesOf(subscription, options.batchLimits ?? DEFAULT_BATCH_LIMITS)) {
+      await applyBatch(batch.events);
+      if (batch.caughtUp) {
         await writeCheckpoint();
         caughtUpFlag = true;
         resolveCaughtUp();
-        continue;
       }
-      await apply(item.event);
     }
   })();
   // Surface a failure to the owner through `done`, but also unblock anyone awaiting caughtUp.

@@ -101,6 +101,8 @@ function switchableReadStore(initial: ReadStore, onClose: () => Promise<void>): 
     return {
       get: (id) => of().get(id),
       getGuard: (id) => of().getGuard(id),
+      getMany: (ids) => of().getMany(ids),
+      writeMany: (changes) => of().writeMany(changes),
       find: (query) => of().find(query),
       count: (where) => of().count(where),
       put: (doc, guard) => of().put(doc, guard),
@@ -184,9 +186,11 @@ async function multiTarget(stores: readonly ReadStore[], projections: readonly P
       init: async () => {
         for (const target of targets) await projection.init(target.store);
       },
-      apply: async (event) => {
+      applyBatch: async (events) => {
         for (const target of targets) {
-          if (target.start === null || comparePositions(event.position, target.start) > 0) await projection.apply(event, target.store);
+          const start = target.start;
+          const missing = start === null ? events : events.filter((event) => comparePositions(event.position, start) > 0);
+          if (missing.length > 0) await projection.applyBatch(missing, target.store);
         }
       },
     }),

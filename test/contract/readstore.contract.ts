@@ -1,4 +1,5 @@
 import type { Query, ReadCollection, ReadDoc, ReadStore, Where } from '../../src/infra/readstore/port';
+import { mulberry32 } from '../support/prng';
 
 /**
  * The read-model store contract, run against every adapter. Semantics pinned here (they
@@ -53,6 +54,33 @@ export function readStoreContract(
     }
 
     describe('get, put and the guard', () => {
+      it('getMany answers the documents that exist with their guards; writeMany applies each change under its own guard', async () => {
+        await devices().put(device('a', { name: 'a1' }), 'g2');
+        await devices().put(device('b', { name: 'b1' }), 'g2');
+        await devices().put(device('c', { name: 'c1' }), 'g2');
+        const found = await devices().getMany(['a', 'b', 'missing']);
+        expect([...found.keys()].sort()).toEqual(['a', 'b']);
+        expect(found.get('a')).toEqual({ doc: device('a', { name: 'a1' }), guard: 'g2' });
+        expect(await devices().getMany([])).toEqual(new Map());
+
+        await devices().writeMany([
+          { kind: 'put', doc: device('a', { name: 'a2' }), guard: 'g3' },
+          // Refused (not above the stored guard): skipped, and the rest still written.
+          { kind: 'put', doc: device('b', { name: 'b-old' }), guard: 'g1' },
+          { kind: 'put', doc: device('d', { name: 'd1' }), guard: 'g1' },
+          { kind: 'remove', id: 'c', guard: 'g3' },
+          { kind: 'remove', id: 'b', guard: 'g2' },
+        ]);
+        expect(await devices().get('a')).toEqual(device('a', { name: 'a2' }));
+        expect(await devices().getGuard('a')).toBe('g3');
+        expect(await devices().get('b')).toEqual(device('b', { name: 'b1' }));
+        expect(await devices().get('c')).toBeNull();
+        expect(await devices().get('d')).toEqual(device('d', { name: 'd1' }));
+        expect(await devices().count()).toBe(3);
+        await devices().writeMany([]);
+        expect(await devices().count()).toBe(3);
+      });
+
       it('answers null for a document that was never written', async () => {
         expect(await devices().get('missing')).toBeNull();
         expect(await devices().getGuard('missing')).toBeNull();
@@ -450,6 +478,39 @@ export function readStoreContract(
     });
 
     describe('indexes', () => {
+      it('a compound index answers pages and counts exactly as a scan does, as documents change and go', async () => {
+        const random = mulberry32(11);
+        const pick = <T>(values: readonly T[]): T => values[Math.floor(random() * values.length)] as T;
+        const plain = store.collection<Device>('plain');
+        const indexed = store.collection<Device>('indexed');
+        await indexed.ensureIndex([{ field: 'tags', order: 'asc' }, { field: 'seenAt', order: 'asc' }]);
+        await indexed.ensureIndex([{ field: 'tags', order: 'asc' }, { field: 'online', order: 'asc' }, { field: 'name', order: 'asc' }]);
+        const users = ['u1', 'u2', 'u3'];
+        const write = async (id: string, guard: string): Promise<void> => {
+          // Ties on purpose: few distinct times and names; some absent or null.
+          const fields: Partial<Omit<Device, 'id'>> = {
+            name: pick(['a', 'b', 'B', 'c']),
+            online: pick([true, false]),
+            tags: users.filter(() => random() < 0.5),
+            ...(random() < 0.8 ? { seenAt: pick(['2026-01-01', '2026-01-02', '2026-01-03', null]) } : {}),
+          };
+          for (const c of [plain, indexed]) await c.put(device(id, fields), guard);
+        };
+        const docIds = Array.from({ length: 40 }, (_, i) => `d${String(i).padStart(2, '0')}`);
+        for (const id of docIds) await write(id, '1');
+        for (const id of docIds.filter(() => random() < 0.3)) await write(id, '2');
+        for (const id of docIds.filter(() => random() < 0.1)) for (const c of [plain, indexed]) await c.remove(id, '3');
+        for (let q = 0; q < 40; q++) {
+          const where: Where = {
+            tags: random() < 0.7 ? pick(users) : { in: users.filter(() => random() < 0.6) },
+            ...(random() < 0.5 ? { online: pick([true, false]) } : {}),
+          };
+          const query: Query = { where, sort: [{ field: pick(['seenAt', 'name']), order: pick(['asc', 'desc'] as const) }], skip: pick([0, 0, 3]), limit: pick([5, 20, 100]) };
+          expect(ids(await indexed.find(query))).toEqual(ids(await plain.find(query)));
+          expect(await indexed.count(where)).toBe(await plain.count(where));
+        }
+      });
+
       it('declaring an index twice is harmless and queries answer the same before and after', async () => {
         await seed(devices(), [device('a', { userId: 'u1' }), device('b', { userId: 'u2' }), device('c', { userId: 'u1', rank: 1 })]);
         const before = ids(await devices().find({ where: { userId: 'u1' } }));

@@ -44,7 +44,7 @@ const linked = (userId: string, role: 'owner' | 'editor' | 'viewer', at = T0, de
 const beat = (at: string): HeartbeatEvent => ({ type: 'HeartbeatReceived', data: { uuid, receivedAt: at } });
 
 async function applyAll(store: ReadStore, events: readonly RecordedEvent[]): Promise<void> {
-  for (const event of events) await devicesProjection.apply(event, store);
+  for (const event of events) await devicesProjection.applyBatch([event], store);
 }
 
 async function allDocs(store: ReadStore): Promise<DeviceDoc[]> {

@@ -39,7 +39,7 @@ const revoked = (familyId: string, userId: string, reason: 'logout' | 'reuse', a
 });
 
 async function applyAll(store: ReadStore, events: readonly RecordedEvent[]): Promise<void> {
-  for (const event of events) await sessionsProjection.apply(event, store);
+  for (const event of events) await sessionsProjection.applyBatch([event], store);
 }
 
 describe('sessions projection', () => {
@@ -94,7 +94,7 @@ describe('sessions projection', () => {
   });
 
   test('ignores events of other streams', async () => {
-    await sessionsProjection.apply({ ...recorded(issued('f9', 'u9', 'j9', T0)), streamName: 'user-u9' }, store);
+    await sessionsProjection.applyBatch([{ ...recorded(issued('f9', 'u9', 'j9', T0)), streamName: 'user-u9' }], store);
     expect(await store.collection<SessionDoc>(SESSIONS_COLLECTION).count()).toBe(0);
   });
 });

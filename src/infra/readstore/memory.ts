@@ -1,4 +1,5 @@
-import type { FieldFilter, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
+import type { DocChange, FieldFilter, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
+import { SortedIndex, type IndexGroup } from './sorted-index';
 
 /**
  * What a memory store holds, as plain values: every document with its guard, per
@@ -105,10 +106,24 @@ interface UniqueIndex {
   readonly owners: Map<string, string>;
 }
 
+/** A declared compound index of two fields or more, kept sorted (see sorted-index.ts). */
+interface CompoundIndex {
+  readonly fields: readonly string[];
+  readonly index: SortedIndex<Stored>;
+}
+
+/** How a compound index answers a query: the groups to read, and the conditions they do not settle. */
+interface SortedPlan {
+  readonly index: SortedIndex<Stored>;
+  readonly groups: ReadonlyArray<IndexGroup<Stored>>;
+  readonly remaining: CompiledWhere;
+}
+
 class MemoryCollection implements ReadCollection<Stored> {
   private readonly entries = new Map<string, Entry>();
   private readonly equalityIndexes = new Map<string, EqualityIndex>();
   private readonly uniqueIndexes = new Map<string, UniqueIndex>();
+  private readonly compoundIndexes: CompoundIndex[] = [];
 
   async get(id: string): Promise<Stored | null> {
     assertId(id);
@@ -120,9 +135,29 @@ class MemoryCollection implements ReadCollection<Stored> {
     return this.entries.get(id)?.guard ?? null;
   }
 
+  async getMany(ids: readonly string[]): Promise<Map<string, GuardedDoc<Stored>>> {
+    const found = new Map<string, GuardedDoc<Stored>>();
+    for (const id of ids) {
+      assertId(id);
+      const entry = this.entries.get(id);
+      if (entry !== undefined) found.set(id, entry);
+    }
+    return found;
+  }
+
+  async writeMany(changes: ReadonlyArray<DocChange<Stored>>): Promise<void> {
+    for (const change of changes) {
+      if (change.kind === 'put') await this.put(change.doc, change.guard);
+      else await this.remove(change.id, change.guard);
+    }
+  }
+
   async find(query: Query = {}): Promise<Stored[]> {
     const { where, sort, skip, limit } = parseQuery(query);
     if (limit === 0) return [];
+    const [only] = sort;
+    const plan = sort.length === 1 && only !== undefined ? this.sortedPlan(where, only.field) : undefined;
+    if (plan !== undefined && only !== undefined) return pageFrom(plan, only.direction, skip, limit);
     const matching = this.select(where);
     const end = limit === undefined ? matching.length : Math.min(matching.length, skip + limit);
     if (skip >= end) return [];
@@ -130,7 +165,36 @@ class MemoryCollection implements ReadCollection<Stored> {
   }
 
   async count(where?: Where): Promise<number> {
-    return this.select(compileWhere(where)).length;
+    const compiled = compileWhere(where);
+    // A group's size answers a count its leading fields settle entirely.
+    const plan = this.sortedPlan(compiled, undefined);
+    if (plan !== undefined && plan.remaining.length === 0 && plan.groups.length <= 1) return plan.groups[0]?.size ?? 0;
+    return this.select(compiled).length;
+  }
+
+  /**
+   * The compound index that settles the most conditions by its leading fields (each needs an
+   * equality or `in` there), ending in `sortField` when one is given; undefined when none fits.
+   */
+  private sortedPlan(where: CompiledWhere, sortField: string | undefined): SortedPlan | undefined {
+    let best: { index: SortedIndex<Stored>; conditions: Condition[] } | undefined;
+    for (const { fields, index } of this.compoundIndexes) {
+      if (!index.usable || (sortField !== undefined && fields[fields.length - 1] !== sortField)) continue;
+      const conditions: Condition[] = [];
+      for (const field of fields.slice(0, -1)) {
+        const condition = where.find((c) => c.field === field && c.lookup !== undefined);
+        if (condition !== undefined) conditions.push(condition);
+      }
+      if (conditions.length !== fields.length - 1) continue;
+      if (best === undefined || conditions.length > best.conditions.length) best = { index, conditions };
+    }
+    if (best === undefined) return undefined;
+    const settled = best.conditions;
+    return {
+      index: best.index,
+      groups: best.index.groupsFor(settled.map((c) => c.lookup ?? [])),
+      remaining: where.filter((c) => !settled.includes(c)),
+    };
   }
 
   async put(doc: Stored, guard: string): Promise<boolean> {
@@ -141,9 +205,9 @@ class MemoryCollection implements ReadCollection<Stored> {
     if (previous !== undefined && compareStrings(previous.guard, guard) >= 0) return false;
     const stored = frozenCopy(doc, 'document') as Stored;
     const uniqueKeys = this.checkUnique(stored);
-    if (previous !== undefined) this.unindex(previous.doc);
+    if (previous !== undefined) this.unindex(previous.doc, stored);
     this.entries.set(stored.id, { doc: stored, guard });
-    this.index(stored, uniqueKeys);
+    this.index(stored, uniqueKeys, previous?.doc);
     return true;
   }
 
@@ -194,6 +258,7 @@ class MemoryCollection implements ReadCollection<Stored> {
       for (const { doc } of this.entries.values()) addToEqualityIndex(index, doc);
       this.equalityIndexes.set(first.field, index);
     }
+    if (keys.length >= 2) this.addCompoundIndex(keys);
     if (options?.unique === true) {
       const name = keys.map((key) => key.field).join('\u0000');
       if (this.uniqueIndexes.has(name)) return;
@@ -208,8 +273,30 @@ class MemoryCollection implements ReadCollection<Stored> {
     }
   }
 
+  private addCompoundIndex(keys: readonly ParsedSortKey[]): void {
+    const fields = keys.map((key) => key.field);
+    if (this.compoundIndexes.some((known) => known.fields.join('\u0000') === fields.join('\u0000'))) return;
+    const last = keys[keys.length - 1] as ParsedSortKey;
+    // The top-level fields the index reads: a new version that shares them all (a spread copy
+    // changing something else) sorts where the old one did.
+    const tops = [...new Set(fields.map((field) => field.split('.')[0] as string))];
+    const index = new SortedIndex<Stored>({
+      sameFields: (a, b) => tops.every((top) => a[top] === b[top]),
+      prefix: keys.slice(0, -1).map((key) => key.read),
+      sortField: last.field,
+      readSort: last.read,
+      compareValues: compareForSort,
+      compareIds: compareStrings,
+      idOf: (doc) => doc.id,
+      keysOf: equalityKeys,
+    });
+    for (const { doc } of this.entries.values()) index.add(doc);
+    this.compoundIndexes.push({ fields, index });
+  }
+
   async clear(): Promise<void> {
     this.entries.clear();
+    for (const { index } of this.compoundIndexes) index.clear();
     for (const index of this.equalityIndexes.values()) {
       index.buckets.clear();
       index.others.clear();
@@ -276,12 +363,19 @@ class MemoryCollection implements ReadCollection<Stored> {
     return keys;
   }
 
-  private index(doc: Stored, uniqueKeys: Map<UniqueIndex, string>): void {
+  /** `replacing`: the version `doc` replaces, already out of every index but the compound ones. */
+  private index(doc: Stored, uniqueKeys: Map<UniqueIndex, string>, replacing?: Stored): void {
     for (const index of this.equalityIndexes.values()) addToEqualityIndex(index, doc);
+    for (const { index } of this.compoundIndexes) {
+      if (replacing === undefined) index.add(doc);
+      else index.replace(replacing, doc);
+    }
     for (const [index, key] of uniqueKeys) index.owners.set(key, doc.id);
   }
 
-  private unindex(doc: Stored): void {
+  /** With `replacement`, compound indexes are left for `index` to update in place. */
+  private unindex(doc: Stored, replacement?: Stored): void {
+    if (replacement === undefined) for (const { index } of this.compoundIndexes) index.delete(doc);
     for (const index of this.equalityIndexes.values()) {
       const keys = equalityKeys(index.read(doc));
       if (keys === undefined) index.others.delete(doc);
@@ -298,6 +392,28 @@ class MemoryCollection implements ReadCollection<Stored> {
       if (index.owners.get(key) === doc.id) index.owners.delete(key);
     }
   }
+}
+
+/** A page read from a compound index: walked in order from one end, stopping once the page is full. */
+function pageFrom(plan: SortedPlan, direction: 1 | -1, skip: number, limit: number | undefined): Stored[] {
+  const page: Stored[] = [];
+  // A multikey document can sit in several of the groups read: each once.
+  const seen = plan.groups.length > 1 ? new Set<Stored>() : null;
+  let skipped = 0;
+  for (const doc of plan.index.walk(plan.groups, direction)) {
+    if (seen !== null) {
+      if (seen.has(doc)) continue;
+      seen.add(doc);
+    }
+    if (!matchesAll(plan.remaining, doc)) continue;
+    if (skipped < skip) {
+      skipped++;
+      continue;
+    }
+    page.push(doc);
+    if (limit !== undefined && page.length >= limit) break;
+  }
+  return page;
 }
 
 function addToEqualityIndex(index: EqualityIndex, doc: Stored): void {

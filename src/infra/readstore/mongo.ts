@@ -1,6 +1,6 @@
-import type { Collection, Document, Filter } from 'mongodb';
+import type { AnyBulkWriteOperation, Collection, Document, Filter } from 'mongodb';
 import { connectMongo } from '../mongo';
-import type { FieldFilter, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
+import type { DocChange, FieldFilter, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
 
 /**
  * The read store on MongoDB. A document `{id, ...fields}` is stored as
@@ -104,6 +104,45 @@ class MongoReadCollection implements ReadCollection<Stored> {
     const doc = await this.collection.findOne(byId(id));
     const guard: unknown = doc?.[GUARD];
     return typeof guard === 'string' ? guard : null;
+  }
+
+  async getMany(ids: readonly string[]): Promise<Map<string, GuardedDoc<Stored>>> {
+    for (const id of ids) assertId(id);
+    const found = new Map<string, GuardedDoc<Stored>>();
+    if (ids.length === 0) return found;
+    for (const doc of await this.collection.find({ _id: { $in: [...ids] } }).toArray()) {
+      const guard: unknown = doc[GUARD];
+      found.set(String(doc._id), { doc: toReadDoc(doc), guard: typeof guard === 'string' ? guard : '' });
+    }
+    return found;
+  }
+
+  /**
+   * One ordered bulk write with the guards of `put` and `remove`. A refused upsert (the
+   * stored guard is as high: its insert collides on `_id`) stops an ordered bulk write, so
+   * then every change is written again one by one: the guards make that harmless.
+   */
+  async writeMany(changes: ReadonlyArray<DocChange<Stored>>): Promise<void> {
+    if (changes.length === 0) return;
+    const operations = changes.map((change): AnyBulkWriteOperation<MongoDoc> => {
+      if (change.kind === 'remove') {
+        assertId(change.id);
+        assertGuard(change.guard);
+        return { deleteOne: { filter: { ...byId(change.id), [GUARD]: { $lt: change.guard } } } };
+      }
+      const { id, fields } = checkedDocument(change.doc, change.guard);
+      const filter = { ...byId(id), [GUARD]: { $lt: change.guard } };
+      return { replaceOne: { filter, replacement: { ...fields, [GUARD]: change.guard }, upsert: true } };
+    });
+    try {
+      await this.collection.bulkWrite(operations, { ordered: true });
+    } catch (error) {
+      if (!isDuplicateKey(error)) throw error;
+      for (const change of changes) {
+        if (change.kind === 'put') await this.put(change.doc, change.guard);
+        else await this.remove(change.id, change.guard);
+      }
+    }
   }
 
   async find(query: Query = {}): Promise<Stored[]> {

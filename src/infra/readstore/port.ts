@@ -34,8 +34,26 @@ export interface ReadDoc {
   readonly id: string;
 }
 
+/** A stored document with the guard it was written with. */
+export interface GuardedDoc<T> {
+  readonly doc: T;
+  readonly guard: string;
+}
+
+/** One guarded change of a batch: a `put` or a `remove`, with the same guard rules. */
+export type DocChange<T> =
+  | { readonly kind: 'put'; readonly doc: T; readonly guard: string }
+  | { readonly kind: 'remove'; readonly id: string; readonly guard: string };
+
 export interface ReadCollection<T extends ReadDoc> {
   get(id: string): Promise<T | null>;
+  /** The documents with these ids that exist, each with its guard (one round trip for a batch). */
+  getMany(ids: readonly string[]): Promise<Map<string, GuardedDoc<T>>>;
+  /**
+   * Applies the changes (at most one per id) as `put` and `remove` would, each guarded on
+   * its own, in one round trip where the adapter can. A change the guard refuses is skipped.
+   */
+  writeMany(changes: ReadonlyArray<DocChange<T>>): Promise<void>;
   /** The guard (see `put`) stored with the document, or null when absent. */
   getGuard(id: string): Promise<string | null>;
   find(query?: Query): Promise<T[]>;

@@ -2,6 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { History, Operation } from './history';
 import { ok } from './history';
 import type { DeviceModel, UserModel } from './model';
+import type { StoredModels } from './stored-models';
 import { violation, type Actor, type World } from './world';
 
 /**
@@ -116,9 +117,16 @@ async function observed(world: World, read: Reader): Promise<Map<string, unknown
   return views;
 }
 
-export async function checkRebuild(world: World, read: Reader, adminToken: string): Promise<void> {
+/**
+ * A rebuild from the events (POST /admin/read-models/rebuild) changes nothing a client reads;
+ * in distributed mode the stored documents and guards of the rebuilt generation are also
+ * exactly those of the generation served before.
+ */
+export async function checkRebuild(world: World, read: Reader, adminToken: string, stored: StoredModels | null): Promise<void> {
   const name = 'read models equal a rebuild';
   const before = await observed(world, read);
+  const served = stored === null ? null : await stored.served();
+  const liveSnapshot = stored === null || served === null ? null : await stored.snapshot(served);
   const rebuilt = await read.post('/admin/read-models/rebuild', adminToken);
   if (rebuilt === null || !ok(rebuilt)) {
     violation(world, name, `rebuild answered ${rebuilt?.status ?? 'nothing'}`, null);
@@ -127,6 +135,18 @@ export async function checkRebuild(world: World, read: Reader, adminToken: strin
   const after = await observed(world, read);
   for (const [entity, view] of before) {
     if (!isDeepStrictEqual(view, after.get(entity))) violation(world, name, `live ${JSON.stringify(view)} but rebuilt ${JSON.stringify(after.get(entity))}`, entity);
+  }
+  if (stored === null || liveSnapshot === null) return;
+  const report = rebuilt.body as { generation: number };
+  const storedDocs = Object.values(liveSnapshot).reduce((sum, docs) => sum + docs.length, 0);
+  world.notes.push(`rebuild: ${storedDocs} stored documents of generation ${served} compared with generation ${report.generation}`);
+  if (storedDocs < world.users.length) violation(world, name, `only ${storedDocs} stored documents found for ${world.users.length} users`, null);
+  const rebuiltSnapshot = await stored.snapshot(report.generation);
+  for (const [collection, docs] of Object.entries(liveSnapshot)) {
+    if (!isDeepStrictEqual(docs, rebuiltSnapshot[collection])) {
+      const differing = docs.find((d, i) => !isDeepStrictEqual(d, rebuiltSnapshot[collection]?.[i]));
+      violation(world, name, `stored ${collection} of generation ${served} differ from rebuilt generation ${report.generation}, e.g. ${JSON.stringify(differing).slice(0, 300)}`, null);
+    }
   }
 }
 

@@ -15,6 +15,7 @@ import { checkDevices, checkNoDuplicates, checkPresence, checkRebuild, checkServ
 import { heartbeat } from './operations';
 import { createAdmin, makeActor, OFFLINE_AFTER_SECONDS, populate, startTopology, type Mode, type Running } from './setup';
 import { checkReconnected, closePair, type TunnelPair } from './tunnel';
+import { storedModels } from './stored-models';
 import { runWorker } from './workload';
 import { emptyWorld, sendUntilAnswered, violation, type Actor, type World } from './world';
 
@@ -81,12 +82,11 @@ async function checkAll(running: Running, history: History, world: World, actors
   await checkDevices(world, read);
   await checkNoDuplicates(world, read);
   await checkUuidRaces(world, read);
-  await checkRebuild(world, read, adminToken);
+  await checkRebuild(world, read, adminToken, running.mongoUri === null ? null : storedModels(running.mongoUri));
   const byWorker = (worker: number): Actor => actors[worker] ?? adminActor;
   await checkPresence(world, read, (device) => byWorker(device.owner.worker), heartbeat);
   await checkTunnel(world, pairs);
   checkServerErrors(world, history, OUTAGE_GRACE_MS);
-  void running;
 }
 
 function report(mode: Mode, seed: number, history: History, world: World, start: number, steps: number, pairs: readonly TunnelPair[]): boolean {
@@ -96,7 +96,8 @@ function report(mode: Mode, seed: number, history: History, world: World, start:
   const answered = pairs.reduce((sum, p) => sum + p.answered, 0);
   process.stdout.write(
     `\nchaos ${mode} seed ${seed}: ${history.faults.length} faults (${[...faults].map(([k, n]) => `${k} ${n}`).join(', ') || 'none'}); ` +
-      `${steps} steps, ${history.operations.length} requests, ${history.acknowledged()} acknowledged, ${history.indeterminate()} without answer; ` +
+      `${steps} steps, ${history.operations.length} requests, ${history.acknowledged()} acknowledged, ${history.indeterminate()} without answer, ` +
+      `${history.operations.filter((op) => op.status === 503).length} answered 503; ` +
       `tunnel ${relayed} relayed, ${answered} answered\n\n`,
   );
   const width = Math.max(...INVARIANTS.map((i) => i.length));
@@ -105,6 +106,7 @@ function report(mode: Mode, seed: number, history: History, world: World, start:
     const count = world.violations.filter((v) => v.invariant === invariant).length;
     process.stdout.write(`  ${invariant.padEnd(width)}  ${count === 0 ? 'ok' : `VIOLATED (${count})`}\n`);
   }
+  for (const note of world.notes) process.stdout.write(`  (${note})\n`);
   if (world.violations.length === 0) return true;
   process.stdout.write(`\n${world.violations.length} violation(s), seed ${seed}, mode ${mode}. Shortest histories:\n`);
   for (const v of world.violations.slice(0, 8)) {

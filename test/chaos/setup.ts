@@ -34,6 +34,8 @@ export interface Running extends Topology {
   readonly targets: readonly string[];
   readonly smtp: TestSmtpServer;
   readonly tokens: Tokens;
+  /** Distributed mode: where the read models are stored. */
+  readonly mongoUri: string | null;
   stop(): Promise<void>;
 }
 
@@ -71,6 +73,7 @@ export async function startTopology(mode: Mode): Promise<Running> {
     targets: services.map((s) => s.baseUrl),
     smtp,
     tokens,
+    mongoUri: stack?.env.MONGODB_URI ?? null,
     stop: async () => {
       await Promise.allSettled(services.map((s) => s.stop()));
       await stack?.stop();

@@ -13,14 +13,15 @@ import { Possible, type DeviceModel, type FamilyModel, type UserModel, type Viol
 export interface World {
   readonly users: UserModel[];
   readonly devices: DeviceModel[];
-  readonly families: FamilyModel[];
   readonly violations: Violation[];
   /** Registrations raced on one uuid: how many were answered 201. */
   readonly races: Array<{ uuid: string; created: number; ops: Operation[] }>;
+  /** What the checks looked at, for the report. */
+  readonly notes: string[];
 }
 
 export function emptyWorld(): World {
-  return { users: [], devices: [], families: [], violations: [], races: [] };
+  return { users: [], devices: [], violations: [], races: [], notes: [] };
 }
 
 /** A worker's handle on the world: its generator, its client, its own users and devices. */

@@ -9,6 +9,8 @@ import type { Actor } from './world';
  * operation budget. The weights lean on heartbeats and renames, as real traffic does.
  */
 
+const BACKOFF_MS = 200;
+
 type Step = (actor: Actor, pair: TunnelPair | undefined) => Promise<unknown>;
 
 const STEPS: ReadonlyArray<readonly [number, string, Step]> = [
@@ -49,9 +51,12 @@ export interface WorkloadLimits {
 export async function runWorker(actor: Actor, pair: TunnelPair | undefined, limits: WorkloadLimits): Promise<number> {
   let steps = 0;
   while (Date.now() < limits.deadline && steps < limits.maxSteps) {
+    const before = actor.history.operations.length;
     await nextStep(actor.rng)(actor, pair);
     steps += 1;
-    await new Promise((r) => setTimeout(r, actor.rng() * limits.pauseMs));
+    // No answer: the service is down or restarting; a client backs off rather than spin.
+    const unanswered = actor.history.operations.slice(before).some((op) => op.worker === actor.worker && op.status === null);
+    await new Promise((r) => setTimeout(r, unanswered ? BACKOFF_MS : actor.rng() * limits.pauseMs));
   }
   return steps;
 }

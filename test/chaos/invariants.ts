@@ -79,7 +79,7 @@ export async function checkUsers(world: World, read: Reader): Promise<void> {
 export async function checkNoDuplicates(world: World, read: Reader): Promise<void> {
   const name = 'no duplicated effect';
   for (const device of world.devices) {
-    const seen = new Map<string, number>();
+    const seen = new Map<string, number[]>();
     let after: number | null = null;
     for (let page = 0; page < 50; page++) {
       const op = await read.get(`/devices/${device.uuid}/history?limit=100${after === null ? '' : `&after=${after}`}`);
@@ -87,15 +87,15 @@ export async function checkNoDuplicates(world: World, read: Reader): Promise<voi
         violation(world, name, `history answered ${op?.status ?? 'nothing'}`, device.entity);
         break;
       }
-      const body = op.body as { data: Array<{ type: string; requestId: string; data: { userId?: string } }>; meta: { nextAfter: number | null; hasMore: boolean } };
+      const body = op.body as { data: Array<{ revision: number; type: string; requestId: string; data: { userId?: string } }>; meta: { nextAfter: number | null; hasMore: boolean } };
       for (const event of body.data) {
         const key = `${event.requestId} ${event.type} ${event.data.userId ?? ''}`;
-        seen.set(key, (seen.get(key) ?? 0) + 1);
+        seen.set(key, [...(seen.get(key) ?? []), event.revision]);
       }
       if (!body.meta.hasMore) break;
       after = body.meta.nextAfter;
     }
-    for (const [key, count] of seen) if (count > 1) violation(world, name, `${key} recorded ${count} times`, device.entity);
+    for (const [key, revisions] of seen) if (revisions.length > 1) violation(world, name, `${key} recorded at revisions ${revisions.join(', ')}`, device.entity);
   }
 }
 

@@ -38,7 +38,8 @@ export async function stealEmail(actor: Actor): Promise<void> {
 }
 
 export async function register(actor: Actor): Promise<void> {
-  if (liveDevices(actor).length >= MAX_LIVE_DEVICES_PER_WORKER) return;
+  // Devices that may exist count too: the service's per-owner limit counts what it holds.
+  if (actor.devices.filter((d) => d.exists.allows(true)).length >= MAX_LIVE_DEVICES_PER_WORKER) return;
   await registerDevice(actor, owner(actor), false);
 }
 

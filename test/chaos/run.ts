@@ -109,7 +109,9 @@ function report(mode: Mode, seed: number, history: History, world: World, start:
   for (const note of world.notes) process.stdout.write(`  (${note})\n`);
   if (world.violations.length === 0) return true;
   process.stdout.write(`\n${world.violations.length} violation(s), seed ${seed}, mode ${mode}. Shortest histories:\n`);
-  for (const v of world.violations.slice(0, 8)) {
+  // A few of each kind: the first of an invariant is usually the clearest.
+  const shown = INVARIANTS.flatMap((invariant) => world.violations.filter((v) => v.invariant === invariant).slice(0, 3));
+  for (const v of shown) {
     process.stdout.write(`\n[${v.invariant}] ${v.entity ?? ''}: ${v.message}\n`);
     if (v.entity !== null) process.stdout.write(`${formatHistory(history.of(v.entity), history.faults, start)}\n`);
   }

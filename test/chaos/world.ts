@@ -108,8 +108,9 @@ export async function registerDevice(actor: Actor, owner: UserModel, tunnel: boo
   const entity = `device:${uuid}`;
   const body = { uuid, deviceId: `HUB-${uuid.slice(0, 8)}`, name: 'Hub' };
   const op = await sendUntilAnswered(actor, { kind: 'register', entity, method: 'POST', path: '/devices/register', token: owner.accessToken, body, summary: uuid });
-  // 409 to our own retry: the unanswered attempt registered it.
-  if (!(ok(op) || (op.status === 409 && actor.history.of(entity).length > 1))) return null;
+  // 'already registered' to our own retry: the unanswered attempt registered it.
+  const registeredBefore = op.status === 409 && (op.body as { message?: string }).message === 'Device already registered' && actor.history.of(entity).length > 1;
+  if (!ok(op) && !registeredBefore) return null;
   const device: DeviceModel = {
     uuid,
     entity,

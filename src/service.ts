@@ -21,6 +21,7 @@ import { drainHttpServer, trackTraffic } from './runtime/http-drain';
 import { startProjectorRole } from './runtime/projector';
 import { createReadiness } from './runtime/readiness';
 import { runShutdown } from './runtime/shutdown';
+import { answerClientErrors } from './runtime/client-errors';
 import { startEmbeddedSnapshots, type SnapshotWriter } from './runtime/snapshot-writer';
 
 /**
@@ -74,6 +75,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   const readiness = createReadiness(infra, lag);
   const api: ApiRole | null = roles.has('api') ? await startApiRole({ config, infra, logger, metrics, clock, deviceStates, readiness }) : null;
   const server: Server = api?.server ?? createServer(createOperationsApp({ logger, metrics, health: { readiness } }));
+  answerClientErrors(server);
   const traffic = trackTraffic(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -1,0 +1,78 @@
+import type { Operation } from './history';
+import { ok } from './history';
+
+/**
+ * What the clients may expect the service to hold, from the answers they got. A value a
+ * definite success set is the only one allowed; a write without an answer adds its value
+ * to the allowed ones (it may or may not have happened); a refusal leaves them as they were.
+ * Every entity is written by one worker only, one request at a time, so "the last write"
+ * is well defined.
+ */
+export class Possible<T> {
+  private values: T[];
+  constructor(initial: T) {
+    this.values = [initial];
+  }
+  after(op: Operation, value: T): void {
+    if (ok(op)) this.values = [value];
+    else if (op.status === null && !this.values.includes(value)) this.values.push(value);
+  }
+  allows(value: T): boolean {
+    return this.values.includes(value);
+  }
+  certain(): T | undefined {
+    return this.values.length === 1 ? this.values[0] : undefined;
+  }
+  list(): readonly T[] {
+    return this.values;
+  }
+}
+
+export interface UserModel {
+  readonly worker: number;
+  readonly customerId: number;
+  readonly entity: string;
+  userId: string;
+  /** Signed with the service's key, as login would: the workload acts for the user. */
+  accessToken: string;
+  readonly email: Possible<string>;
+  readonly firstName: Possible<string>;
+  /** The last e-mail this user was synced with (sent again by every sync). */
+  lastEmail: string;
+  emailCounter: number;
+  password: string | null;
+}
+
+export type Role = 'owner' | 'editor' | 'viewer';
+
+export interface DeviceModel {
+  readonly uuid: string;
+  readonly entity: string;
+  readonly owner: UserModel;
+  readonly exists: Possible<boolean>;
+  readonly name: Possible<string>;
+  /** Per linked user id: the role, or null when not linked. */
+  readonly links: Map<string, Possible<Role | null>>;
+  deviceToken: string | null;
+  /** lastSeenAt of the last heartbeat answered, and whether a later one went unanswered. */
+  lastSeenAt: string | null;
+  heartbeatUncertain: boolean;
+  /** Carries a tunnel socket: never deleted. */
+  tunnel: boolean;
+}
+
+export interface FamilyModel {
+  readonly entity: string;
+  refreshToken: string | null;
+  /** The token is known to be the family's current one (no unanswered refresh since). */
+  known: boolean;
+  /** Tokens known to have been rotated away. */
+  readonly rotated: string[];
+}
+
+export interface Violation {
+  readonly invariant: string;
+  readonly message: string;
+  /** The entity whose history shows it. */
+  readonly entity: string | null;
+}

@@ -106,11 +106,15 @@ export async function runSchedule(plan: readonly PlannedFault[], topology: Topol
 // HOOK POINT: targeted faults.
 //
 // The schedule above strikes at random moments under load, so a kill lands in whatever the
-// service happens to be doing, background work included (reclamation of old heartbeats,
-// snapshot writes). To aim at one such moment, add an entry here: when a service process
-// writes a log line matching `line`, it is killed with SIGKILL at once (and restarted by
-// the run like any other kill). Example, once embedded snapshots log their start:
-//   { name: 'kill during a snapshot write', line: /"msg":"snapshot write started"/ }
+// service happens to be doing, background work included: in embedded mode the service writes
+// a start snapshot every few hundred events (setup.ts), so kills land before, during and
+// after those writes. (Reclamation of old heartbeats only rewrites sealed 8 MiB segments,
+// which a chaos run does not fill: its crash points are proven one by one in
+// test/infra/embedded-compaction-crash.test.ts.) To aim at one moment, add an entry here:
+// when a service process writes a log line matching `line`, it is killed with SIGKILL at
+// once (and restarted by the run like any other kill), e.g.
+//   { name: 'kill after a snapshot write', line: /"msg":"start snapshot written"/ }
+// (at LOG_LEVEL=info).
 export interface TargetedFault {
   readonly name: string;
   readonly line: RegExp;

@@ -27,6 +27,8 @@ export type Mode = 'embedded' | 'distributed';
 
 /** Short, so that presence expiries happen during the run and can be checked after it. */
 export const OFFLINE_AFTER_SECONDS = 5;
+/** Embedded mode: a start snapshot after this many appended events. */
+const SNAPSHOT_EVERY_EVENTS = 300;
 export const ADMIN_EMAIL = 'admin@chaos.example.com';
 const API_PROCESSES = 2;
 
@@ -61,7 +63,9 @@ export async function startTopology(mode: Mode): Promise<Running> {
   const services: ServiceProcess[] = [];
   if (mode === 'embedded') {
     dataDir = mkdtempSync(join(tmpdir(), 'hhc-chaos-'));
-    services.push(serviceProcess('service', await freePort(), serviceEnv(smtp, { DATA_DIR: dataDir })));
+    // Start snapshots every few hundred events, so that kills land before, during and after
+    // their writes and most restarts load one (a damaged or stale one falls back to a replay).
+    services.push(serviceProcess('service', await freePort(), serviceEnv(smtp, { DATA_DIR: dataDir, SNAPSHOT_EVERY_EVENTS: String(SNAPSHOT_EVERY_EVENTS) })));
   } else {
     stack = await startStack();
     for (let i = 1; i <= API_PROCESSES; i++) services.push(serviceProcess(`api-${i}`, await freePort(), serviceEnv(smtp, { ...stack.env })));

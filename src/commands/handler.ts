@@ -52,6 +52,8 @@ export interface FoldedStream<State> {
 export interface StateCache<State> {
   get(streamName: string): FoldedStream<State> | undefined;
   set(streamName: string, folded: FoldedStream<State>): void;
+  /** Drops a fold that may be stale (the stream changed elsewhere): the next use reads it. */
+  forget(streamName: string): void;
 }
 
 /** A cache that forgets the least recently used stream beyond `maxEntries`. */
@@ -72,6 +74,9 @@ export function createStateCache<State>(maxEntries: number): StateCache<State> {
       entries.delete(streamName);
       entries.set(streamName, folded);
       if (entries.size > maxEntries) entries.delete(entries.keys().next().value as string);
+    },
+    forget(streamName) {
+      entries.delete(streamName);
     },
   };
 }

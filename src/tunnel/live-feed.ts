@@ -25,6 +25,8 @@ export async function startLiveFeed(
     readonly apps: Pick<AppSockets, 'removeSubscription'>;
     readonly devices: Pick<DeviceSockets, 'end' | 'connected' | 'sendStatus'>;
     readonly accessRevocations: Pick<AccessRevocations, 'onRevoked'> | undefined;
+    /** The heartbeat path's folds of device streams: a revocation made elsewhere makes them stale. */
+    readonly onDeviceRevoked?: ((streamName: string) => void) | undefined;
   },
 ): Promise<LiveFeed> {
   const { sessions, access, logger } = ctx;
@@ -74,10 +76,12 @@ export async function startLiveFeed(
         revokeSubscriptions(uuid, recorded.revision, event.data.userId);
         return;
       case 'DeviceDeleted':
+        deps.onDeviceRevoked?.(recorded.streamName);
         revokeSubscriptions(uuid, recorded.revision, null);
         revokeDevices(uuid, (session) => session.authorizedAt < recorded.revision);
         return;
       case 'DeviceTokenIssued':
+        deps.onDeviceRevoked?.(recorded.streamName);
         revokeDevices(uuid, (session) => session.gen < event.data.gen);
         return;
       default:

@@ -59,6 +59,8 @@ export interface TunnelDeps {
   readonly readStore?: ReadStore;
   /** Deactivated accounts: their app sockets are told ACCESS_REVOKED and closed. */
   readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked'>;
+  /** Told of a device stream whose token generation changed or that was deleted, on any process. */
+  readonly onDeviceRevoked?: (streamName: string) => void;
 }
 
 export interface TunnelStats {
@@ -124,7 +126,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   cluster.attach(nsp, (notice) => devices.onNotice(notice));
   await cluster.roomsReady();
   acceptConnections(ctx, { tokens: deps.tokens, clock, runner, apps, devices });
-  const feed = await startLiveFeed(ctx, { eventStore: deps.eventStore, apps, devices, accessRevocations: deps.accessRevocations });
+  const feed = await startLiveFeed(ctx, { eventStore: deps.eventStore, apps, devices, accessRevocations: deps.accessRevocations, onDeviceRevoked: deps.onDeviceRevoked });
   const stopSweep = startSlowConsumerSweep(ctx);
 
   // Claims expire in Redis unless refreshed; after a Redis restart they are written again

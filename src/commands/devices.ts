@@ -228,10 +228,11 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
      * The token is checked before anything is written, against this process's fold of the
      * device stream; a device it has not folded yet, or whose fold refuses the token (a newer
      * token may have been issued through another process), is read first (a third call).
-     * The fold is current for every change made through this process; a token revoked
-     * through another API process since this one last read the stream is refused by the
-     * read that follows the append (401): such a heartbeat is recorded, once per process,
-     * and later ones are refused before anything is written.
+     * The fold is current for every change made through this process; a newer token or a
+     * deletion made through another API process reaches this one's tunnel live feed, which
+     * drops the fold (src/runtime/api.ts), so the next heartbeat reads first and is refused
+     * before anything is written. Only a heartbeat within the feed's delay is appended before
+     * the read that follows the append refuses it (401).
      *
      * Order matters (the race with an expiry job, src/commands/presence.ts): transitions are
      * decided only after the heartbeat is appended, on a fresh read of the device stream, so

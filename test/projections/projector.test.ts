@@ -144,8 +144,12 @@ describe.each<[EventStoreKind, ReadStoreKind]>([
     const docs = await reads.collection<TallyDoc>(collection).find({ sort: [{ field: 'id', order: 'asc' }] });
     expect(docs).toHaveLength(20);
     for (const doc of docs) expect(doc.values).toEqual(Array.from({ length: 25 }, (_, i) => i));
-    // The watermark hears once per batch, not per event.
-    expect(applied.length).toBeLessThanOrEqual(Math.ceil(eventsApplied / 100));
+    // Once per batch, not per event: the watermark hears of each batch once, and a batch reads
+    // the collection's documents with one call and writes them with one bulk write. How many
+    // events a batch holds depends on what the subscription has ready (over gRPC, its chunks).
+    expect(applied.length).toBeLessThanOrEqual(eventsApplied / 20);
+    expect(calls.getMany).toBeLessThanOrEqual(applied.length);
+    expect(calls.writeMany).toBeLessThanOrEqual(applied.length);
     expect((calls.getMany + calls.writeMany + calls.checkpoints) / eventsApplied).toBeLessThanOrEqual(0.05);
   }, 60_000);
 

@@ -107,7 +107,7 @@ export async function runSchedule(plan: readonly PlannedFault[], topology: Topol
 //
 // The schedule above strikes at random moments under load, so a kill lands in whatever the
 // service happens to be doing, background work included: in embedded mode the service writes
-// a start snapshot every few hundred events (setup.ts), so kills land before, during and
+// a start snapshot every few hundred events (setup.ts), so random kills can land before, during or
 // after those writes. (Reclamation of old heartbeats only rewrites sealed 8 MiB segments,
 // which a chaos run does not fill: its crash points are proven one by one in
 // test/infra/embedded-compaction-crash.test.ts.) To aim at one moment, add an entry here:

@@ -63,7 +63,7 @@ export async function startTopology(mode: Mode): Promise<Running> {
   const services: ServiceProcess[] = [];
   if (mode === 'embedded') {
     dataDir = mkdtempSync(join(tmpdir(), 'hhc-chaos-'));
-    // Start snapshots every few hundred events, so that kills land before, during and after
+    // Start snapshots every few hundred events, so that random kills can land before, during or after
     // their writes and most restarts load one (a damaged or stale one falls back to a replay).
     services.push(serviceProcess('service', await freePort(), serviceEnv(smtp, { DATA_DIR: dataDir, SNAPSHOT_EVERY_EVENTS: String(SNAPSHOT_EVERY_EVENTS) })));
   } else {

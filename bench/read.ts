@@ -25,10 +25,14 @@
  * Each kind of caller is measured on its own: household members (a sample of 5,000 of them,
  * round robin), the capped owners, the fleet account.
  *
+ * Each caller class is measured in BENCH_ROUNDS (3) alternating rounds, the bare server before
+ * the first and after each service run; the table gives medians (a neighbour's burst on a shared
+ * machine spoils a round, not the result), each round's ratio, and the CPU time the server
+ * spent per answered request, which a busy machine disturbs less than the rate.
  * Bounded: BENCH_SECONDS (5) of closed-loop load per measurement after 1 s of warm-up, on
  * BENCH_CONNECTIONS (16) keep-alive connections from a child process (bench/http-load.ts).
- * BENCH_MODES=embedded,distributed. BENCH_PROFILE=<dir> writes a CPU profile of this process
- * (the service) for each measured row.
+ * BENCH_MODES=embedded,distributed; BENCH_CALLERS=household,owner,fleet. BENCH_PROFILE=<dir>
+ * writes a CPU profile of this process (the service) for each service run.
  */
 import { join } from 'node:path';
 import express from 'express';
@@ -48,8 +52,11 @@ const DEVICES = Number(process.env.BENCH_DEVICES ?? 100_000);
 const MONGO_DEVICES = Number(process.env.BENCH_MONGO_DEVICES ?? 10_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 16);
 const MEASURE_MS = Number(process.env.BENCH_SECONDS ?? 5) * 1000;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const MODES = (process.env.BENCH_MODES ?? 'embedded,distributed').split(',').map((m) => m.trim()) as Mode[];
 const PROFILE_DIR = process.env.BENCH_PROFILE;
+/** Which callers to measure, by the first word of their name: household, owner, fleet. */
+const CALLERS = (process.env.BENCH_CALLERS ?? 'household,owner,fleet').split(',').map((c) => c.trim());
 const CAPPED_USERS = 10;
 const CAP = 100;
 const HOUSEHOLD_SAMPLE = 5_000;
@@ -235,9 +242,17 @@ const load = (port: number, callers: readonly Caller[], durationMs: number): Pro
     maxRequests: 2_000_000,
   });
 
-async function measure(port: number, callers: readonly Caller[]): Promise<LoadResult> {
+/** A load result, with the CPU time this process (the server measured) spent per answered request. */
+interface Measured extends LoadResult {
+  readonly cpuMicrosPerRequest: number;
+}
+
+async function measure(port: number, callers: readonly Caller[]): Promise<Measured> {
   await load(port, callers, 1000);
-  return load(port, callers, MEASURE_MS);
+  const cpu = process.cpuUsage();
+  const result = await load(port, callers, MEASURE_MS);
+  const spent = process.cpuUsage(cpu);
+  return { ...result, cpuMicrosPerRequest: (spent.user + spent.system) / Math.max(1, result.requests) };
 }
 
 /** The bare server: the same token check and the same body, without the service's query. */
@@ -257,12 +272,12 @@ async function startBare(tokens: Tokens, population: Population, callers: readon
   return listenOnLoopback(app);
 }
 
-function summary(r: LoadResult): string {
+function summary(r: Measured): string {
   const l = r.latencyMs;
   const statuses = Object.entries(r.statuses)
     .map(([s, n]) => `${s}×${n}`)
     .join(' ');
-  return `${Math.round(r.perSecond)} req/s over ${r.requests}; p50 ${l.p50.toFixed(2)} ms, p90 ${l.p90.toFixed(2)} ms, p99 ${l.p99.toFixed(2)} ms, max ${l.max.toFixed(1)} ms; ${statuses}`;
+  return `${Math.round(r.perSecond)} req/s over ${r.requests}; p50 ${l.p50.toFixed(2)} ms, p90 ${l.p90.toFixed(2)} ms, p99 ${l.p99.toFixed(2)} ms, max ${l.max.toFixed(1)} ms; ${Math.round(r.cpuMicrosPerRequest)} µs CPU per request; ${statuses}`;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -299,8 +314,10 @@ interface Row {
   readonly devices: number;
   readonly callerClass: string;
   readonly devicesPerCaller: string;
-  readonly service: LoadResult;
-  readonly bare: readonly LoadResult[];
+  /** One service run per round. */
+  readonly services: readonly Measured[];
+  /** The bare runs around them: before the first round and after each. */
+  readonly bares: readonly Measured[];
 }
 
 async function benchMode(mode: Mode): Promise<Row[]> {
@@ -324,21 +341,30 @@ async function benchMode(mode: Mode): Promise<Row[]> {
       { name: 'fleet account', callers: [caller(population.fleet)] },
     ];
     const sequentialMs = await check(service, population, classes);
+    const measured = classes.filter((c) => CALLERS.includes(c.name.split(' ')[0] as string));
     log(`${mode}: answers checked against the expected pages; one request at a time (fetch): ${sequentialMs.toFixed(1)} ms each on average`);
     const port = Number(new URL(service.baseUrl).port);
-    for (const callerClass of classes) {
+    for (const callerClass of measured) {
       const counts = callerClass.callers.map((c) => population.byUser.get(c.userId)?.length ?? 0);
       const devicesPerCaller =
         counts.length === 1 ? String(counts[0]) : `${Math.min(...counts)}–${Math.max(...counts)} (mean ${(counts.reduce((a, b) => a + b, 0) / counts.length).toFixed(1)})`;
       const bare = await startBare(service.tokens, population, callerClass.callers);
       try {
-        const before = await measure(bare.port, callerClass.callers);
-        log(`${mode} / ${callerClass.name}: bare before: ${summary(before)}`);
-        const measured = await profiled(PROFILE_DIR, `read-${mode}-${callerClass.name.split(' ')[0] as string}`, () => measure(port, callerClass.callers));
-        log(`${mode} / ${callerClass.name}: service: ${summary(measured)}`);
-        const after = await measure(bare.port, callerClass.callers);
-        log(`${mode} / ${callerClass.name}: bare after: ${summary(after)}`);
-        rows.push({ mode, devices: population.docs.length, callerClass: callerClass.name, devicesPerCaller, service: measured, bare: [before, after] });
+        // Alternating rounds, bare before and after each service run: a neighbour's burst
+        // on a shared machine spoils one round, not the median.
+        const bares = [await measure(bare.port, callerClass.callers)];
+        log(`${mode} / ${callerClass.name}: bare: ${summary(bares[0] as Measured)}`);
+        const services: Measured[] = [];
+        for (let round = 1; round <= ROUNDS; round++) {
+          const name = `read-${mode}-${callerClass.name.split(' ')[0] as string}-${round}`;
+          const result = await profiled(PROFILE_DIR, name, () => measure(port, callerClass.callers));
+          log(`${mode} / ${callerClass.name}: service, round ${round}: ${summary(result)}`);
+          services.push(result);
+          const after = await measure(bare.port, callerClass.callers);
+          log(`${mode} / ${callerClass.name}: bare: ${summary(after)}`);
+          bares.push(after);
+        }
+        rows.push({ mode, devices: population.docs.length, callerClass: callerClass.name, devicesPerCaller, services, bares });
       } finally {
         await bare.close();
       }
@@ -357,16 +383,27 @@ async function main(): Promise<void> {
   for (const mode of MODES) rows.push(...(await benchMode(mode)));
 
   const ms = (n: number): string => n.toFixed(1);
+  const median = (values: readonly number[]): number => {
+    const sorted = [...values].sort((a, b) => a - b);
+    const mid = Math.floor(sorted.length / 2);
+    return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+  };
   process.stdout.write(
-    '\n| mode | devices | caller | devices per caller | GET /devices req/s | bare req/s (before, after) | % of bare | p50 ms | p99 ms | bare p99 ms | all 200 |\n' +
-      '| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n',
+    `\nMedians over ${ROUNDS} rounds; each round's service run is compared with the mean of the bare runs just before and after it.\n` +
+      '\n| mode | devices | caller | devices per caller | GET /devices req/s | bare req/s | % of bare (each round) | p50 ms | p99 ms | bare p99 ms | CPU µs per request (service, bare) | all 200 |\n' +
+      '| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n',
   );
   for (const r of rows) {
-    const bare = r.bare.reduce((sum, b) => sum + b.perSecond, 0) / r.bare.length;
-    const ok = Object.keys(r.service.statuses).every((s) => s === '200');
+    const percents = r.services.map((service, i) => {
+      const around = ((r.bares[i] as Measured).perSecond + (r.bares[i + 1] as Measured).perSecond) / 2;
+      return (100 * service.perSecond) / around;
+    });
+    const ok = r.services.every((service) => Object.keys(service.statuses).every((s) => s === '200'));
+    const of = (runs: readonly Measured[], pick: (m: Measured) => number): number => median(runs.map(pick));
     process.stdout.write(
-      `| ${r.mode} | ${r.devices} | ${r.callerClass} | ${r.devicesPerCaller} | ${Math.round(r.service.perSecond)} | ${Math.round(bare)} (${r.bare.map((b) => Math.round(b.perSecond)).join(', ')}) | ` +
-        `${Math.round((100 * r.service.perSecond) / bare)} % | ${ms(r.service.latencyMs.p50)} | ${ms(r.service.latencyMs.p99)} | ${ms(Math.max(...r.bare.map((b) => b.latencyMs.p99)))} | ${ok ? 'yes' : 'NO'} |\n`,
+      `| ${r.mode} | ${r.devices} | ${r.callerClass} | ${r.devicesPerCaller} | ${Math.round(of(r.services, (m) => m.perSecond))} | ${Math.round(of(r.bares, (m) => m.perSecond))} | ` +
+        `${Math.round(median(percents))} % (${percents.map((p) => Math.round(p)).join(', ')}) | ${ms(of(r.services, (m) => m.latencyMs.p50))} | ${ms(of(r.services, (m) => m.latencyMs.p99))} | ` +
+        `${ms(of(r.bares, (m) => m.latencyMs.p99))} | ${Math.round(of(r.services, (m) => m.cpuMicrosPerRequest))}, ${Math.round(of(r.bares, (m) => m.cpuMicrosPerRequest))} | ${ok ? 'yes' : 'NO'} |\n`,
     );
   }
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { RequestHandler } from 'express';
+import express, { type RequestHandler } from 'express';
 import { errorBody } from './http-errors';
 
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
@@ -46,17 +46,23 @@ export function cors(appOrigin: string | undefined): RequestHandler {
   };
 }
 
-/** A request with a body must say it is JSON: anything else is 415, never guessed. */
-export const requireJsonBody: RequestHandler = (req, res, next) => {
-  const length = req.get('Content-Length');
-  const hasBody = (length !== undefined && length !== '0') || req.get('Transfer-Encoding') !== undefined;
-  if (!hasBody) {
-    next();
-    return;
-  }
-  if (!req.is('application/json')) {
-    res.status(415).json(errorBody(415, 'Content-Type must be application/json'));
-    return;
-  }
-  next();
-};
+/**
+ * A request with a body must say it is JSON: anything else is 415, never guessed. The JSON
+ * parser is not even entered by a request that announces no body (every GET).
+ */
+export function jsonBody(limitBytes: number): RequestHandler {
+  const parse = express.json({ limit: limitBytes, strict: false });
+  return (req, res, next) => {
+    const length = req.headers['content-length'];
+    const chunked = req.headers['transfer-encoding'] !== undefined;
+    if (length === undefined && !chunked) {
+      next();
+      return;
+    }
+    if ((chunked || length !== '0') && !req.is('application/json')) {
+      res.status(415).json(errorBody(415, 'Content-Type must be application/json'));
+      return;
+    }
+    parse(req, res, next);
+  };
+}

@@ -19,6 +19,12 @@ export const rememberRouteBase: RequestHandler = (req, res, next) => {
   next();
 };
 
+/** The samples of one (method, route, status). */
+interface Series {
+  readonly requests: ReturnType<Metrics['httpRequests']['labels']>;
+  readonly duration: ReturnType<Metrics['httpDuration']['labels']>;
+}
+
 /** The status recorded for a request whose connection closed before its answer was written. */
 const CLIENT_CLOSED_REQUEST = 499;
 
@@ -27,6 +33,20 @@ const CLIENT_CLOSED_REQUEST = 499;
  * duration and request id. Headers and bodies are never logged.
  */
 export function observeRequests(logger: Logger, metrics: Metrics): RequestHandler {
+  // The counter and histogram of each (method, route, status), looked up once: prom-client
+  // hashes a label object on every call. Bounded: Node accepts only the known methods, and
+  // routes are templates.
+  const series = new Map<string, Series>();
+  const seriesOf = (method: string, route: string, status: string): Series => {
+    const key = `${method} ${route} ${status}`;
+    let found = series.get(key);
+    if (found === undefined) {
+      const labels = { method, route, status };
+      found = { requests: metrics.httpRequests.labels(labels), duration: metrics.httpDuration.labels(labels) };
+      series.set(key, found);
+    }
+    return found;
+  };
   return (req, res, next) => {
     const started = process.hrtime.bigint();
     metrics.httpInFlight.inc();
@@ -36,10 +56,11 @@ export function observeRequests(logger: Logger, metrics: Metrics): RequestHandle
       metrics.httpInFlight.dec();
       const status = res.writableFinished ? res.statusCode : CLIENT_CLOSED_REQUEST;
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      const labels = { method: req.method, route: routeOf(req, res.locals.routeBase), status: String(status) };
-      metrics.httpRequests.inc(labels);
-      metrics.httpDuration.observe(labels, seconds);
-      logger.info({ method: labels.method, route: labels.route, status, durationMs: Math.round(seconds * 1e4) / 10, requestId: res.locals.requestId }, 'request');
+      const route = routeOf(req, res.locals.routeBase);
+      const { requests, duration } = seriesOf(req.method, route, String(status));
+      requests.inc();
+      duration.observe(seconds);
+      logger.info({ method: req.method, route, status, durationMs: Math.round(seconds * 1e4) / 10, requestId: res.locals.requestId }, 'request');
     });
     next();
   };

@@ -3,6 +3,7 @@ import jwt, { type JwtPayload } from 'jsonwebtoken';
 import { UnauthorizedError } from '../domain/errors';
 import type { Secrets } from '../config';
 import type { UserRole } from '../domain/user';
+import { VerifiedTokens } from './verified-tokens';
 
 /**
  * JWTs of the three kinds (decisions §3, §7). Keys are built once, `alg` is pinned to
@@ -81,6 +82,9 @@ function verifyWith(key: KeyObject, token: string, messages: Messages): JwtPaylo
   }
 }
 
+/** How many verified access tokens, and device tokens, a process remembers (a few MB each at most). */
+export const VERIFIED_TOKENS_KEPT = 10_000;
+
 const isString = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
 const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
 
@@ -90,6 +94,26 @@ export function createTokens(secrets: Pick<Secrets, 'jwtAccessSecret' | 'jwtRefr
   const deviceKey = createSecretKey(Buffer.from(secrets.jwtDeviceSecret, 'utf8'));
   const accessMessages = { invalid: TOKEN_MESSAGES.invalid, expired: TOKEN_MESSAGES.expired };
   const refreshMessages = { invalid: TOKEN_MESSAGES.invalidRefresh, expired: TOKEN_MESSAGES.expiredRefresh };
+  // Refresh tokens are used once each (they rotate): only access and device tokens come back.
+  const verifiedAccess = new VerifiedTokens<AccessClaims>(VERIFIED_TOKENS_KEPT);
+  const verifiedDevice = new VerifiedTokens<DeviceClaims>(VERIFIED_TOKENS_KEPT);
+
+  const verifyAccess = (token: string): AccessClaims => {
+    const p = verifyWith(accessKey, token, accessMessages);
+    if (p.type !== 'access' || !isString(p.sub) || !isString(p.email) || (p.role !== 'user' && p.role !== 'admin')) {
+      throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
+    }
+    if (p.fam !== undefined && !isString(p.fam)) throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
+    return { sub: p.sub, email: p.email, role: p.role, type: 'access', ...(isString(p.fam) ? { fam: p.fam } : {}), iat: p.iat ?? 0, exp: p.exp ?? 0 };
+  };
+  const verifyDevice = (token: string): DeviceClaims => {
+    const p = verifyWith(deviceKey, token, accessMessages);
+    const gen: unknown = p.gen;
+    if (p.type !== 'device' || !isString(p.sub) || !isString(p.deviceUuid) || !isNumber(gen)) {
+      throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
+    }
+    return { sub: p.sub, deviceUuid: p.deviceUuid, type: 'device', gen, iat: p.iat ?? 0, exp: p.exp ?? 0 };
+  };
 
   return {
     signAccess: ({ sub, email, role, fam }) =>
@@ -104,14 +128,7 @@ export function createTokens(secrets: Pick<Secrets, 'jwtAccessSecret' | 'jwtRefr
     signDevice: ({ sub, deviceUuid, gen }) =>
       jwt.sign({ sub, deviceUuid, gen, type: 'device' }, deviceKey, { algorithm: ALGORITHM, expiresIn: DEVICE_TOKEN_TTL_SECONDS }),
 
-    verifyAccess(token) {
-      const p = verifyWith(accessKey, token, accessMessages);
-      if (p.type !== 'access' || !isString(p.sub) || !isString(p.email) || (p.role !== 'user' && p.role !== 'admin')) {
-        throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
-      }
-      if (p.fam !== undefined && !isString(p.fam)) throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
-      return { sub: p.sub, email: p.email, role: p.role, type: 'access', ...(isString(p.fam) ? { fam: p.fam } : {}), iat: p.iat ?? 0, exp: p.exp ?? 0 };
-    },
+    verifyAccess: (token) => verifiedAccess.get(token) ?? verifiedAccess.remember(token, verifyAccess(token)),
     verifyRefresh(token) {
       const p = verifyWith(refreshKey, token, refreshMessages);
       if (p.type !== 'refresh' || !isString(p.sub) || !isString(p.jti) || !isString(p.fam)) {
@@ -119,14 +136,7 @@ export function createTokens(secrets: Pick<Secrets, 'jwtAccessSecret' | 'jwtRefr
       }
       return { sub: p.sub, jti: p.jti, fam: p.fam, type: 'refresh', iat: p.iat ?? 0, exp: p.exp ?? 0 };
     },
-    verifyDevice(token) {
-      const p = verifyWith(deviceKey, token, accessMessages);
-      const gen: unknown = p.gen;
-      if (p.type !== 'device' || !isString(p.sub) || !isString(p.deviceUuid) || !isNumber(gen)) {
-        throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
-      }
-      return { sub: p.sub, deviceUuid: p.deviceUuid, type: 'device', gen, iat: p.iat ?? 0, exp: p.exp ?? 0 };
-    },
+    verifyDevice: (token) => verifiedDevice.get(token) ?? verifiedDevice.remember(token, verifyDevice(token)),
   };
 }
 

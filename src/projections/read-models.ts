@@ -96,7 +96,9 @@ function sameGenerations(a: readonly number[], b: readonly number[]): boolean {
 /** A store whose queries go to whichever store it currently points at. */
 function switchableReadStore(initial: ReadStore, onClose: () => Promise<void>): { store: ReadStore; use: (store: ReadStore) => void } {
   let current = initial;
-  const collection = <T extends ReadDoc>(name: string): ReadCollection<T> => {
+  // One forwarding collection per name, built once: queries ask for it on every request.
+  const forwarding = new Map<string, ReadCollection<ReadDoc>>();
+  const forward = <T extends ReadDoc>(name: string): ReadCollection<T> => {
     const of = (): ReadCollection<T> => current.collection<T>(name);
     return {
       get: (id) => of().get(id),
@@ -111,6 +113,14 @@ function switchableReadStore(initial: ReadStore, onClose: () => Promise<void>): 
       ensureIndex: (fields, options) => of().ensureIndex(fields, options),
       clear: () => of().clear(),
     };
+  };
+  const collection = <T extends ReadDoc>(name: string): ReadCollection<T> => {
+    let found = forwarding.get(name);
+    if (found === undefined) {
+      found = forward<ReadDoc>(name);
+      forwarding.set(name, found);
+    }
+    return found as unknown as ReadCollection<T>;
   };
   return {
     store: {

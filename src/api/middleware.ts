@@ -1,17 +1,24 @@
 import { randomUUID } from 'node:crypto';
-import express, { type RequestHandler } from 'express';
+import express, { type RequestHandler, type Response } from 'express';
 import { errorBody } from './http-errors';
 
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 
-/** Every response carries `X-Request-Id`; a well-formed one from a proxy is kept. */
+/** Every response carries `X-Request-Id`; a well-formed one from a proxy is kept. Also notes when the request arrived. */
 export const requestId: RequestHandler = (req, res, next) => {
+  res.locals.receivedAt = Date.now();
   const incoming = req.get('X-Request-Id');
   const id = incoming !== undefined && INCOMING_REQUEST_ID.test(incoming) ? incoming : randomUUID();
   res.locals.requestId = id;
   res.setHeader('X-Request-Id', id);
   next();
 };
+
+/** When the request reached the service (noted by `requestId`, the first middleware); now if it was not noted. */
+export function receivedAt(res: Response): Date {
+  const at: unknown = res.locals.receivedAt;
+  return new Date(typeof at === 'number' ? at : Date.now());
+}
 
 /** What a browser app may read from a response besides the simple headers (decisions §6). */
 export const CORS_EXPOSED_HEADERS = 'X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After';

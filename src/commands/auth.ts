@@ -68,7 +68,8 @@ export interface LoginResult extends TokenPair {
 
 export interface AuthCommands {
   login(input: { readonly email: string; readonly password: string }, client: ClientInfo, requestId: string): Promise<LoginResult>;
-  refresh(refreshToken: string, client: ClientInfo, requestId: string): Promise<TokenPair>;
+  /** `receivedAt`: when the request reached the service (a rotation race is judged by it); now when not given. */
+  refresh(refreshToken: string, client: ClientInfo, requestId: string, receivedAt?: Date): Promise<TokenPair>;
   logout(caller: AccessClaims, requestId: string): Promise<void>;
   /** Returns at once: the lookup, the event and the mail happen in the background. */
   requestPasswordReset(email: string, requestId: string): void;
@@ -190,8 +191,8 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
       }
     },
 
-    async refresh(refreshToken, client, requestId) {
-      const requestedAt = clock.now().toISOString();
+    async refresh(refreshToken, client, requestId, receivedAt) {
+      const requestedAt = (receivedAt ?? clock.now()).toISOString();
       const claims = tokens.verifyRefresh(refreshToken);
       const ctx = newCommandContext(userActor(claims.sub), requestId);
       const [user, family] = await Promise.all([users().get(claims.sub), sessionFamily(readStore, claims.fam)]);

@@ -47,6 +47,7 @@ export interface SessionCommands {
     presented: {
       readonly familyId: string;
       readonly jti: string;
+      /** When the request reached the service (ISO 8601). */
       readonly requestedAt: string;
       /** Whether the sessions read model named this token as the family's newest when the request arrived. */
       readonly wasCurrent: boolean;
@@ -60,24 +61,72 @@ export interface SessionCommands {
 }
 
 /**
- * The session decider, with one addition for rotation races. Two refreshes with one token
- * at once: rotation runs without the handler's conflict retry, so the one whose append
- * comes second fails on its expected revision and is answered 401 `revoked` without
- * touching the family (a retry would re-decide against the winner's `rotated` and take the
- * loser for a thief). A loser that reads the stream only after the winner's append sees
- * `rotated` as well; it is excused the same way when, at its arrival, the sessions read
- * model still named the presented token as the family's newest: the winner answers only
- * after that model shows its rotation, so nobody could have held the new token yet. Any
- * later presentation of a rotated token is reuse and revokes the family.
+ * Rotations this process answered recently, by the rotated token's `jti`: `pending` from its
+ * append until its answer, then the time just before the answer was sent. A loser of a race
+ * handled here can then be judged by what matters, whether it reached the service before the
+ * winner was answered, however late a busy process got to it. Entries are dropped after a minute.
  */
-function rotationDecider(presentedWasCurrent: boolean): Decider<SessionState, SessionCommand, SessionEvent> {
+class RecentRotations {
+  private readonly entries = new Map<string, { readonly at: number; answeredAt: number | 'pending' }>();
+
+  constructor(private readonly keepMs: number = 60_000) {}
+
+  started(jti: string, nowMs: number): void {
+    for (const [key, entry] of this.entries) {
+      if (entry.at >= nowMs - this.keepMs) break;
+      this.entries.delete(key);
+    }
+    this.entries.delete(jti);
+    this.entries.set(jti, { at: nowMs, answeredAt: 'pending' });
+  }
+
+  answered(jti: string, nowMs: number): void {
+    const entry = this.entries.get(jti);
+    if (entry !== undefined) entry.answeredAt = nowMs;
+  }
+
+  /** Whether a request for `jti` that arrived at `arrivedMs` overlapped the rotation this process made of it. */
+  overlapped(jti: string, arrivedMs: number): boolean {
+    const entry = this.entries.get(jti);
+    return entry !== undefined && (entry.answeredAt === 'pending' || arrivedMs < entry.answeredAt);
+  }
+}
+
+/**
+ * The session decider, with one addition for rotation races: a refresh that presents a token
+ * rotated by a concurrent refresh (its request reached the service before the winner was
+ * answered, so nobody could have held the new token) is refused 401 `revoked` without
+ * touching the family. Any later presentation of a rotated token is reuse and revokes it.
+ *
+ * How a race is told from reuse, in order:
+ * - Rotation runs without the handler's conflict retry: the one whose append comes second
+ *   fails on its expected revision and is refused (a retry would re-decide against the
+ *   winner's `rotated` and take the loser for a thief).
+ * - A loser that reads the stream after the winner's append: when the winner was this
+ *   process, by the time of its answer (`RecentRotations`): arrived before it, or it is
+ *   still pending. Exact, however long a busy process took to get to the loser.
+ * - Else (the winner was another process): arrived before the winner decided (the new
+ *   token's issue time, across processes as far as their clocks agree), or the sessions read
+ *   model still named the presented token as the family's newest when the loser was handled
+ *   (the winner answers only after that model shows its rotation).
+ */
+function rotationDecider(
+  presented: { readonly requestedAt: string; readonly wasCurrent: boolean },
+  recent: RecentRotations,
+): Decider<SessionState, SessionCommand, SessionEvent> {
   return {
     ...sessionDecider,
     decide(command, state) {
-      if (presentedWasCurrent && command.type === 'RotateRefresh' && state.exists && !state.revoked) {
+      if (command.type === 'RotateRefresh' && state.exists && !state.revoked) {
         const token = state.tokens[command.data.jti];
         if (token?.status === 'rotated' && Date.parse(command.data.now) < Date.parse(token.expiresAt)) {
-          throw new UnauthorizedError(SESSION_MESSAGES.revoked);
+          const arrived = Date.parse(presented.requestedAt);
+          const replacement = token.replacedBy === null ? undefined : state.tokens[token.replacedBy];
+          const race =
+            recent.overlapped(token.jti, arrived) ||
+            (replacement !== undefined && arrived < Date.parse(replacement.issuedAt)) ||
+            presented.wasCurrent;
+          if (race) throw new UnauthorizedError(SESSION_MESSAGES.revoked);
         }
       }
       return sessionDecider.decide(command, state);
@@ -94,6 +143,7 @@ export function latestPosition(positions: ReadonlyArray<GlobalPosition | null>):
 
 export function createSessionCommands(deps: SessionCommandDeps): SessionCommands {
   const { eventStore, clock } = deps;
+  const recent = new RecentRotations();
 
   const settle = async (positions: ReadonlyArray<GlobalPosition | null>): Promise<void> => {
     const last = latestPosition(positions);
@@ -133,11 +183,12 @@ export function createSessionCommands(deps: SessionCommandDeps): SessionCommands
       try {
         result = await handleCommand(
           eventStore,
-          rotationDecider(presented.wasCurrent),
+          rotationDecider(presented, recent),
           sessionStream(presented.familyId),
           {
             type: 'RotateRefresh',
-            data: { familyId: presented.familyId, jti: presented.jti, newJti: randomUUID(), now: presented.requestedAt, ...client },
+            // Now, not the arrival: the new token's issue time is what a later racer is compared with.
+            data: { familyId: presented.familyId, jti: presented.jti, newJti: randomUUID(), now: clock.now().toISOString(), ...client },
           },
           ctx,
           clock,
@@ -148,9 +199,12 @@ export function createSessionCommands(deps: SessionCommandDeps): SessionCommands
         if (error instanceof ConflictError) throw new UnauthorizedError(SESSION_MESSAGES.revoked);
         throw error;
       }
-      await settle([result.position]);
       const outcome = rotationOutcome(result.events);
+      if (outcome.ok) recent.started(presented.jti, clock.now().getTime());
+      await settle([result.position]);
       if (!outcome.ok) throw outcome.error;
+      // The caller answers at once: a request for this token that arrived before now overlapped it.
+      recent.answered(presented.jti, clock.now().getTime());
       return outcome.issued;
     },
 

@@ -72,6 +72,55 @@ describe.each<EventStoreKind>(['embedded', 'esdb'])('refresh-token families over
     expect(await types(familyId)).not.toContain('RefreshReuseDetected');
   });
 
+  test('a request that arrived before the winner rotated is a lost race, even if it is handled once the read model shows the rotation', async () => {
+    const { familyId, jti } = await sessions.open('u1', client, ctx());
+    const arrivedEarlier = new Date(Date.now() - 50).toISOString();
+    const winner = await sessions.rotate({ familyId, jti, requestedAt: now(), wasCurrent: true }, client, ctx());
+    // A busy process got to it late: the read model already named the winner's token.
+    await expect(sessions.rotate({ familyId, jti, requestedAt: arrivedEarlier, wasCurrent: false }, client, ctx())).rejects.toThrow(
+      'Refresh token has been revoked',
+    );
+    await sessions.rotate({ familyId, jti: winner.jti, requestedAt: now(), wasCurrent: true }, client, ctx());
+    expect(await types(familyId)).not.toContain('RefreshReuseDetected');
+  });
+
+  test('a request that arrived while the winner waited for its read model is a lost race; one after the answer is reuse', async () => {
+    // The winner's wait for the read model, observed: a request arriving then overlaps it.
+    let duringWait = '';
+    const base = createLocalWatermark();
+    const observed = createSessionCommands({
+      eventStore: store,
+      readStore: createMemoryReadStore(),
+      watermark: {
+        ...base,
+        waitFor: async () => {
+          await new Promise((resolve) => setTimeout(resolve, 5));
+          duringWait = now();
+          await new Promise((resolve) => setTimeout(resolve, 5));
+          return true;
+        },
+      },
+      clock: systemClock,
+      readYourWritesTimeoutMs: 1,
+    });
+    const { familyId, jti } = await observed.open('u1', client, ctx());
+    const winner = await observed.rotate({ familyId, jti, requestedAt: now(), wasCurrent: true }, client, ctx());
+    // Arrived after the winner decided, handled once the read model showed the rotation: still a race.
+    await expect(observed.rotate({ familyId, jti, requestedAt: duringWait, wasCurrent: false }, client, ctx())).rejects.toThrow(
+      'Refresh token has been revoked',
+    );
+    expect(await types(familyId)).not.toContain('RefreshReuseDetected');
+    // Arrived after the winner's answer: reuse.
+    await new Promise((resolve) => setTimeout(resolve, 2));
+    await expect(observed.rotate({ familyId, jti, requestedAt: now(), wasCurrent: false }, client, ctx())).rejects.toThrow(
+      'Refresh token has been revoked',
+    );
+    await expect(observed.rotate({ familyId, jti: winner.jti, requestedAt: now(), wasCurrent: true }, client, ctx())).rejects.toThrow(
+      'Refresh token has been revoked',
+    );
+    expect(await types(familyId)).toContain('RefreshReuseDetected');
+  });
+
   test('a rotated token presented once its successor was known is reuse: the family is revoked', async () => {
     const { familyId, jti } = await sessions.open('u1', client, ctx());
     const second = await sessions.rotate({ familyId, jti, requestedAt: now(), wasCurrent: true }, client, ctx());

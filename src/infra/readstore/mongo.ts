@@ -1,6 +1,7 @@
 import type { AnyBulkWriteOperation, Collection, Document, Filter } from 'mongodb';
 import { connectMongo } from '../mongo';
-import type { DocChange, FieldFilter, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, Scalar, SortKey, Where } from './port';
+import { assertCount, assertGuard, assertId, assertName, inFilterValues, isPlainObject, isScalar } from './checks';
+import type { DocChange, FieldFilter, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, SortKey, Where } from './port';
 
 /**
  * The read store on MongoDB. A document `{id, ...fields}` is stored as
@@ -244,15 +245,10 @@ function toFilter(where: Where | undefined): Filter<MongoDoc> {
 function toCondition(field: string, filter: FieldFilter | undefined): Document | undefined {
   if (isScalar(filter)) return { $eq: filter };
   if (!isPlainObject(filter)) throw new TypeError(`filter on "${field}" must be a scalar, {in: [...]} or a range`);
-  const keys = Object.keys(filter);
-  if ('in' in filter) {
-    if (keys.length !== 1) throw new TypeError(`filter on "${field}": "in" cannot be combined with other operators`);
-    const values: unknown = filter.in;
-    if (!Array.isArray(values) || !values.every(isScalar)) throw new TypeError(`filter on "${field}": "in" must be an array of scalars`);
-    return { $in: values };
-  }
+  const values = inFilterValues(field, filter);
+  if (values !== undefined) return { $in: values };
   const condition: Record<string, string | number | boolean> = {};
-  for (const key of keys) {
+  for (const key of Object.keys(filter)) {
     if (!Object.prototype.hasOwnProperty.call(RANGE_OPERATORS, key)) throw new TypeError(`filter on "${field}": unknown operator "${key}"`);
     const op = RANGE_OPERATORS[key as keyof typeof RANGE_OPERATORS];
     const value: unknown = (filter as Readonly<Record<string, unknown>>)[key];
@@ -306,33 +302,4 @@ function isIdCollision(error: unknown): boolean {
   }
   // jongodb sets no keyPattern; its message names the index like MongoDB's does.
   return 'message' in error && typeof error.message === 'string' && / index: _id_ /.test(error.message);
-}
-
-function isScalar(value: unknown): value is Scalar {
-  return value === null || typeof value === 'string' || typeof value === 'boolean' || (typeof value === 'number' && Number.isFinite(value));
-}
-
-function isPlainObject(value: unknown): value is Readonly<Record<string, unknown>> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  const prototype: unknown = Object.getPrototypeOf(value);
-  return prototype === Object.prototype || prototype === null;
-}
-
-function assertName(name: string, what: string): void {
-  if (typeof name !== 'string' || name.length === 0 || name.includes('$') || name.includes('\u0000')) {
-    throw new TypeError(`invalid ${what} "${String(name)}"`);
-  }
-}
-
-function assertId(id: unknown, what = 'id'): asserts id is string {
-  if (typeof id !== 'string' || id.length === 0) throw new TypeError(`${what} must be a non-empty string`);
-}
-
-function assertGuard(guard: unknown): asserts guard is string {
-  if (typeof guard !== 'string') throw new TypeError('guard must be a string');
-}
-
-function assertCount(value: unknown, what: string): number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) throw new RangeError(`${what} must be a non-negative integer`);
-  return value;
 }

@@ -4,6 +4,7 @@ import { api, CRM_KEY, MODES, startTestService, type Mode, type TestService } fr
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 import { login, requestResetToken } from '../support/accounts';
 import { connect, refusal, type Probe } from '../support/tunnel';
+import { twoProcesses } from '../support/two-processes';
 
 /**
  * Access that ends with the account (decisions §3): once the CRM syncs `active: false`, every
@@ -135,48 +136,41 @@ describe.each<Mode>(MODES)('access ends with the account (%s mode)', (mode) => {
 
 describe('access ends with the account on every process (distributed mode, two API processes)', () => {
   let smtp: TestSmtpServer;
-  let a: TestService;
-  let b: TestService;
-  const sockets: Probe[] = [];
 
+  // The mail server starts before the processes (they are given its address) and stops after them.
   beforeAll(async () => {
     smtp = await startTestSmtpServer();
-    a = await startTestService('distributed', { SMTP_URL: smtp.url });
-    b = await a.startAnother();
-  }, 120_000);
+  });
+  const { a, b, on } = twoProcesses({ env: () => ({ SMTP_URL: smtp.url }) });
   afterAll(async () => {
-    for (const p of sockets.splice(0)) p.close();
-    await b?.stop();
-    await a?.stop();
     await smtp?.stop();
   });
 
   test('the CRM deactivates through one process; the other refuses the tokens and closes the sockets it holds', async () => {
-    const user = await customer(a, smtp);
-    const session = await login(a, user.email, user.password);
-    const onB = await connect(b, session.accessToken);
-    sockets.push(onB);
-    expect((await api(b, 'GET', '/users/me', { token: session.accessToken })).status).toBe(200);
+    const user = await customer(a(), smtp);
+    const session = await login(a(), user.email, user.password);
+    const onB = await on(b(), session.accessToken);
+    expect((await api(b(), 'GET', '/users/me', { token: session.accessToken })).status).toBe(200);
 
-    expect((await sync(a, user, false)).status).toBe(200);
+    expect((await sync(a(), user, false)).status).toBe(200);
 
     // Served from the read model, which already has the deactivation (read-your-writes).
-    const me = await api(b, 'GET', '/users/me', { token: session.accessToken });
+    const me = await api(b(), 'GET', '/users/me', { token: session.accessToken });
     expect({ status: me.status, body: me.body }).toEqual({ status: 401, body: REVOKED });
     // Every other route: this process's own feed of deactivations.
     const register = await until(
-      () => api(b, 'POST', '/devices/register', { token: session.accessToken, body: registerBody() }),
+      () => api(b(), 'POST', '/devices/register', { token: session.accessToken, body: registerBody() }),
       (res) => res.status === 401,
       2000,
     );
     expect({ status: register.status, body: register.body }).toEqual({ status: 401, body: REVOKED });
     expect((await onB.next<TunnelError>('tunnel:error', (e) => e.code === 'ACCESS_REVOKED')).code).toBe('ACCESS_REVOKED');
     await onB.next('disconnect');
-    expect((await refusal(b, { token: session.accessToken })).message).toBe('unauthorized');
+    expect((await refusal(b(), { token: session.accessToken })).message).toBe('unauthorized');
 
-    expect((await sync(a, user, true)).status).toBe(200);
-    const again = await login(b, user.email, user.password);
-    expect((await api(a, 'GET', '/users/me', { token: again.accessToken })).status).toBe(200);
-    expect((await api(b, 'GET', '/users/me', { token: again.accessToken })).status).toBe(200);
+    expect((await sync(a(), user, true)).status).toBe(200);
+    const again = await login(b(), user.email, user.password);
+    expect((await api(a(), 'GET', '/users/me', { token: again.accessToken })).status).toBe(200);
+    expect((await api(b(), 'GET', '/users/me', { token: again.accessToken })).status).toBe(200);
   });
 });

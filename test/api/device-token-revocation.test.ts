@@ -1,5 +1,6 @@
-import { api, createUser, startTestService, type TestService } from '../support/harness';
-import { connect, deviceToken, heartbeat, registerHub, type Probe } from '../support/tunnel';
+import { api, createUser, type TestService } from '../support/harness';
+import { deviceToken, heartbeat, registerHub } from '../support/tunnel';
+import { twoProcesses } from '../support/two-processes';
 import type { TunnelError } from '../../src/tunnel/events';
 
 /**
@@ -16,19 +17,7 @@ interface HistoryPage {
 }
 
 describe('device tokens revoked on another process (distributed mode, two API processes)', () => {
-  let a: TestService;
-  let b: TestService;
-  const sockets: Probe[] = [];
-
-  beforeAll(async () => {
-    a = await startTestService('distributed');
-    b = await a.startAnother();
-  }, 120_000);
-  afterAll(async () => {
-    for (const p of sockets.splice(0)) p.close();
-    await b?.stop();
-    await a?.stop();
-  });
+  const { a, b, on } = twoProcesses();
 
   const heartbeatsOf = async (service: TestService, uuid: string, token: string): Promise<number> => {
     const res = await api(service, 'GET', `/devices/${uuid}/history?include=heartbeats&limit=100`, { token });
@@ -37,24 +26,23 @@ describe('device tokens revoked on another process (distributed mode, two API pr
   };
 
   test.each(['a newer token', 'a deletion'] as const)('after %s through one process, the other refuses the old token without recording a heartbeat', async (how) => {
-    const owner = await createUser(a);
-    const hub = await registerHub(a, owner);
-    const oldToken = await deviceToken(a, hub, owner);
+    const owner = await createUser(a());
+    const hub = await registerHub(a(), owner);
+    const oldToken = await deviceToken(a(), hub, owner);
     // Process b folds the device stream and holds the hub's tunnel socket.
-    await heartbeat(b, hub, oldToken);
-    await heartbeat(b, hub, oldToken);
-    const hubSocket = await connect(b, oldToken);
-    sockets.push(hubSocket);
-    const recorded = await heartbeatsOf(a, hub.uuid, owner.accessToken);
+    await heartbeat(b(), hub, oldToken);
+    await heartbeat(b(), hub, oldToken);
+    const hubSocket = await on(b(), oldToken);
+    const recorded = await heartbeatsOf(a(), hub.uuid, owner.accessToken);
     expect(recorded).toBe(2);
 
-    if (how === 'a newer token') await deviceToken(a, hub, owner);
-    else expect((await api(a, 'DELETE', `/devices/${hub.uuid}`, { token: owner.accessToken })).status).toBe(200);
+    if (how === 'a newer token') await deviceToken(a(), hub, owner);
+    else expect((await api(a(), 'DELETE', `/devices/${hub.uuid}`, { token: owner.accessToken })).status).toBe(200);
     // b's live feed has seen it once its socket of the old token is told so.
     expect((await hubSocket.next<TunnelError>('tunnel:error', (e) => e.code === 'ACCESS_REVOKED')).code).toBe('ACCESS_REVOKED');
 
-    const refused = await api(b, 'POST', `/devices/heartbeat/${hub.uuid}`, { token: oldToken, body: {} });
+    const refused = await api(b(), 'POST', `/devices/heartbeat/${hub.uuid}`, { token: oldToken, body: {} });
     expect({ status: refused.status, body: refused.body }).toEqual({ status: 401, body: REVOKED });
-    if (how === 'a newer token') expect(await heartbeatsOf(a, hub.uuid, owner.accessToken)).toBe(recorded);
+    if (how === 'a newer token') expect(await heartbeatsOf(a(), hub.uuid, owner.accessToken)).toBe(recorded);
   });
 });

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { api, CRM_KEY, createUser, MODES, startTestService, type Mode, type TestService } from '../support/harness';
+import { twoProcesses } from '../support/two-processes';
 
 /** Each tier at its boundary, with limits made short through RATE_LIMITS. */
 const LIMITS = 'login=3/60,refresh=3/60,auth=2/60,sync=1000/60,register=2/60,heartbeat=3/60,general=4/60,ops=1000/60';
@@ -162,45 +163,35 @@ describe('rate-limit windows and client addresses (embedded mode)', () => {
 });
 
 describe('rate limits across processes (distributed mode)', () => {
-  let first: TestService;
-  let second: TestService;
-
-  beforeAll(async () => {
-    // No expiry role here: this is about the API's counters (BullMQ's own outage handling is tested with presence).
-    first = await startTestService('distributed', { RATE_LIMITS: 'login=4/60,general=1000/60', ROLES: 'api,projector' });
-    second = await first.startAnother();
-  }, 60_000);
-  afterAll(async () => {
-    await second?.stop();
-    await first?.stop();
-  });
+  // No expiry role here: this is about the API's counters (BullMQ's own outage handling is tested with presence).
+  const { a: first, b: second } = twoProcesses({ env: { RATE_LIMITS: 'login=4/60,general=1000/60', ROLES: 'api,projector' } });
 
   const login = (on: TestService) => api(on, 'POST', '/auth/login', { body: { email: 'nobody@example.com', password: 'wrong-password' } });
 
   test('two processes share one budget', async () => {
     const statuses = [];
-    for (let i = 0; i < 5; i++) statuses.push((await login(i % 2 === 0 ? first : second)).status);
+    for (let i = 0; i < 5; i++) statuses.push((await login(i % 2 === 0 ? first() : second())).status);
     expect(statuses).toEqual([401, 401, 401, 401, 429]);
   });
 
   test('Redis briefly down: requests are still answered (fail open, logged), counting resumes when it is back', async () => {
-    const redis = first.redis;
+    const redis = first().redis;
     if (redis === null) throw new Error('no private redis');
-    const user = await createUser(first);
+    const user = await createUser(first());
     await redis.kill();
     try {
       for (let i = 0; i < 3; i++) {
-        const res = await api(first, 'GET', '/devices', { token: user.accessToken });
+        const res = await api(first(), 'GET', '/devices', { token: user.accessToken });
         expect(res.status).toBe(200);
       }
-      expect(first.logs()).toContain('rate-limit store unreachable');
+      expect(first().logs()).toContain('rate-limit store unreachable');
     } finally {
       await redis.restart();
     }
     const deadline = Date.now() + 10_000;
     let statuses: number[] = [];
     while (Date.now() < deadline) {
-      const res = await login(second);
+      const res = await login(second());
       statuses.push(res.status);
       if (res.status === 429) break;
       await new Promise((r) => setTimeout(r, 50));

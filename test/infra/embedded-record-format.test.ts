@@ -49,6 +49,35 @@ describe('value encoding', () => {
     expect(roundTrip(100).bytes).toBe(2);
   });
 
+  // The log on users' disks holds these bytes: an encoding may never change them.
+  it.each([
+    [null, '00'],
+    [false, '01'],
+    [true, '02'],
+    [0, '0300'],
+    [127, '037f'],
+    [128, '038001'],
+    [300, '03ac02'],
+    [-1, '0401'],
+    [2 ** 52, '038080808080808008'],
+    [-(2 ** 52), '048080808080808008'],
+    [2 ** 52 + 2, '050200000000003043'],
+    [1.5, '05000000000000f83f'],
+    ['', '0600'],
+    ['hi', '06026869'],
+    ['HeartbeatReceived', '0700'],
+    ['$metadata', '0726'],
+    ['00000000-0000-4000-8000-00000000000f', '080000000000004000800000000000000f'],
+    ['2026-01-01T00:00:00.000Z', '0980d0eab6b733'],
+    [[1, 'a'], '0a020301060161'],
+    [{ uuid: 'x', n: -2 }, '0b02071306017806016e0402'],
+    [undefined, '0c'],
+  ])('encodes %j as the bytes %s', (value, hex) => {
+    const out = new ByteWriter();
+    writeValue(out, value, true);
+    expect(Buffer.from(out.view()).toString('hex')).toBe(hex);
+  });
+
   it('refuses a BigInt, as JSON does', () => {
     expect(() => writeValue(new ByteWriter(), { big: 1n })).toThrow(TypeError);
   });
@@ -91,6 +120,26 @@ describe('records', () => {
     if (decoded.kind !== 'ok') throw new Error(decoded.kind);
     expect(decoded.record).toMatchObject({ position: 16, revision: 5, streamName: written.streamName });
     expect(decodeEvent(decoded.record)).toEqual(written.event);
+  });
+
+  it('encodes a record as the same bytes as always (logs on disk hold them)', () => {
+    const bytes = encodeRecord({
+      position: 4096,
+      flags: FLAG_END_OF_APPEND,
+      writtenAt: Date.parse('2026-01-01T00:00:00.000Z'),
+      revision: 300,
+      streamName: 'heartbeat-00000000-0000-4000-8000-00000000000f',
+      event: {
+        id: '11111111-1111-4111-8111-111111111111',
+        type: 'HeartbeatReceived',
+        data: { receivedAt: '2026-01-01T00:00:01.000Z', n: 7 },
+        metadata: { occurredAt: '2026-01-01T00:00:01.000Z', actor: { type: 'device', id: 'hub-1' }, requestId: 'r-1', causationId: 'r-1', correlationId: 'c-1' },
+      },
+    });
+    expect(bytes.toString('hex')).toBe(
+      '6d00000073bd6522e801001000000000000080aa6db77942ac0201060a6865617274626561742d0000000000004000800000000000000f' +
+        '081111111111114111811111111111111107000b02071409e8d7eab6b73306016e030709e8d7eab6b733070f06056875622d310603722d31020603632d31',
+    );
   });
 
   it('refuses a record whose bytes changed', () => {

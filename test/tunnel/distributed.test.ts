@@ -1,6 +1,7 @@
 import type { DeviceStatus, MessageAck, MessageFromDevice, MessageToDevice, SubscribeAck, TunnelError } from '../../src/tunnel/events';
-import { createUser, startTestService, type TestService } from '../support/harness';
-import { connect, deleteHub, deviceToken, heartbeat, linkUser, registerHub, request, unlinkUser, type Probe } from '../support/tunnel';
+import { createUser } from '../support/harness';
+import { connect, deleteHub, deviceToken, heartbeat, linkUser, registerHub, request, unlinkUser } from '../support/tunnel';
+import { twoProcesses } from '../support/two-processes';
 
 /**
  * The tunnel across two API processes sharing the stack (EventStoreDB stand-in, MongoDB
@@ -11,46 +12,26 @@ import { connect, deleteHub, deviceToken, heartbeat, linkUser, registerHub, requ
 
 type User = Awaited<ReturnType<typeof createUser>>;
 
-let a: TestService;
-let b: TestService;
-const open: Probe[] = [];
-
-beforeAll(async () => {
-  a = await startTestService('distributed');
-  b = await a.startAnother();
-}, 120_000);
-afterEach(() => {
-  for (const p of open.splice(0)) p.close();
-});
-afterAll(async () => {
-  await b?.stop();
-  await a?.stop();
-});
-
-async function on(target: TestService, token: string): Promise<Probe> {
-  const p = await connect(target, token);
-  open.push(p);
-  return p;
-}
+const { a, b, on } = twoProcesses({ closeSockets: 'afterEach' });
 
 async function household(): Promise<{ owner: User; viewer: User; hub: { id: string; uuid: string }; token: string }> {
-  const [owner, viewer] = await Promise.all([createUser(a), createUser(a)]);
-  const hub = await registerHub(a, owner);
-  await linkUser(a, hub, owner, viewer, 'viewer');
-  return { owner, viewer, hub, token: await deviceToken(a, hub, owner) };
+  const [owner, viewer] = await Promise.all([createUser(a()), createUser(a())]);
+  const hub = await registerHub(a(), owner);
+  await linkUser(a(), hub, owner, viewer, 'viewer');
+  return { owner, viewer, hub, token: await deviceToken(a(), hub, owner) };
 }
 
 test('an app on one process and its device on the other talk both ways', async () => {
   const { owner, viewer, hub, token } = await household();
-  const app = await on(a, owner.accessToken);
-  const byViewer = await on(a, viewer.accessToken);
+  const app = await on(a(), owner.accessToken);
+  const byViewer = await on(a(), viewer.accessToken);
   for (const p of [app, byViewer]) await request(p, 'tunnel:subscribe', { deviceUuid: hub.uuid });
 
   // Not connected anywhere yet.
   expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 0 })).toEqual({ success: true, delivered: false });
 
   // Reachable from the moment its client sees `connect`, from the other process too (decisions §5).
-  const device = await on(b, token);
+  const device = await on(b(), token);
   expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, id: 'm-1', type: 'light.set', payload: { on: true } })).toEqual({
     success: true,
     delivered: true,
@@ -74,20 +55,20 @@ test('an app on one process and its device on the other talk both ways', async (
   expect((await app.next<MessageFromDevice>('tunnel:message')).type).toBe('public');
 
   // The subscribe ack sees the device on the other process.
-  const late = await on(a, viewer.accessToken);
+  const late = await on(a(), viewer.accessToken);
   expect(await request<SubscribeAck>(late, 'tunnel:subscribe', { deviceUuid: hub.uuid })).toEqual({ success: true, deviceUuid: hub.uuid, isOnline: false, tunnelConnected: true });
 }, 30_000);
 
 test('device:status reaches subscribers on the other process: socket connect and drop, heartbeat transitions', async () => {
   const { viewer, hub, token } = await household();
-  const app = await on(a, viewer.accessToken);
+  const app = await on(a(), viewer.accessToken);
   await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
 
-  const device = await on(b, token);
+  const device = await on(b(), token);
   expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: true });
 
   // A heartbeat through process B: DeviceWentOnline, seen by process A's own subscription, which knows the socket is on B.
-  const beat = await heartbeat(b, hub, token);
+  const beat = await heartbeat(b(), hub, token);
   expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: true });
   device.close();
   expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false });
@@ -96,11 +77,11 @@ test('device:status reaches subscribers on the other process: socket connect and
 
 test('one live socket per device across processes: the newest wins', async () => {
   const { owner, hub, token } = await household();
-  const app = await on(a, owner.accessToken);
+  const app = await on(a(), owner.accessToken);
   await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
-  const first = await on(a, token);
+  const first = await on(a(), token);
   await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
-  const second = await on(b, token);
+  const second = await on(b(), token);
   expect(await first.next<TunnelError>('tunnel:error')).toEqual({ code: 'SESSION_REPLACED', message: expect.any(String) });
   expect(await first.next('disconnect')).toBe('io server disconnect');
   await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
@@ -110,7 +91,7 @@ test('one live socket per device across processes: the newest wins', async () =>
   expect(first.all('tunnel:message')).toEqual([]);
 
   // And back: a third connection on A replaces the one on B.
-  const third = await on(a, token);
+  const third = await on(a(), token);
   expect((await second.next<TunnelError>('tunnel:error')).code).toBe('SESSION_REPLACED');
   await request(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 'to the third' });
   expect((await third.next<MessageToDevice>('tunnel:message')).payload).toBe('to the third');
@@ -121,18 +102,18 @@ test('one live socket per device across processes: the newest wins', async () =>
 
 test('an unlink and a deletion made through one process act on sockets held by the other', async () => {
   const { owner, viewer, hub, token } = await household();
-  const byViewer = await on(a, viewer.accessToken);
-  const byOwner = await on(a, owner.accessToken);
+  const byViewer = await on(a(), viewer.accessToken);
+  const byOwner = await on(a(), owner.accessToken);
   for (const p of [byViewer, byOwner]) await request(p, 'tunnel:subscribe', { deviceUuid: hub.uuid });
-  const device = await on(a, token);
+  const device = await on(a(), token);
 
-  await unlinkUser(b, hub, owner, viewer.id);
+  await unlinkUser(b(), hub, owner, viewer.id);
   expect(await byViewer.next<TunnelError>('tunnel:error')).toEqual({ code: 'ACCESS_REVOKED', message: expect.any(String) });
   await request(device, 'tunnel:message', { type: 'after-unlink', payload: null });
   expect((await byOwner.next<MessageFromDevice>('tunnel:message')).type).toBe('after-unlink');
   expect(byViewer.all('tunnel:message')).toEqual([]);
 
-  await deleteHub(b, hub, owner);
+  await deleteHub(b(), hub, owner);
   expect((await byOwner.next<TunnelError>('tunnel:error')).code).toBe('ACCESS_REVOKED');
   expect((await device.next<TunnelError>('tunnel:error')).code).toBe('ACCESS_REVOKED');
   expect(await device.next('disconnect')).toBe('io server disconnect');
@@ -140,9 +121,9 @@ test('an unlink and a deletion made through one process act on sockets held by t
 
 test('a message to a device that left the other process is not delivered', async () => {
   const { owner, hub, token } = await household();
-  const app = await on(a, owner.accessToken);
+  const app = await on(a(), owner.accessToken);
   await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
-  const device = await on(b, token);
+  const device = await on(b(), token);
   expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 1 })).toEqual({ success: true, delivered: true });
   await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
   device.close();
@@ -152,10 +133,10 @@ test('a message to a device that left the other process is not delivered', async
 
 test('a hub is reachable from the other process the moment its client sees connect (20 fresh connections)', async () => {
   const { owner, hub, token } = await household();
-  const app = await on(a, owner.accessToken);
+  const app = await on(a(), owner.accessToken);
   const acks: MessageAck[] = [];
   for (let i = 0; i < 20; i++) {
-    const device = await connect(b, token);
+    const device = await connect(b(), token);
     acks.push(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'ping', payload: i }));
     expect((await device.next<MessageToDevice>('tunnel:message')).payload).toBe(i);
     device.close();

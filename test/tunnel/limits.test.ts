@@ -1,6 +1,7 @@
 import type { MessageAck, MessageFromDevice, MessageToDevice, TunnelError } from '../../src/tunnel/events';
 import { createUser, GENEROUS_RATE_LIMITS, MODES, startTestService, type Mode, type TestService } from '../support/harness';
 import { connect, deviceToken, registerHub, request, type Probe } from '../support/tunnel';
+import { startTwoProcesses } from '../support/two-processes';
 
 /**
  * A burst within the limits (decisions §5): 50 `tunnel:message`s sent at once (the limit is
@@ -72,14 +73,6 @@ for (const mode of MODES) {
 }
 
 scenario('a burst within the limits (distributed mode, app and hub on two processes)', async () => {
-  const a = await startTestService('distributed', { RATE_LIMITS: SPEC_TUNNEL_LIMITS });
-  const b = await a.startAnother();
-  return {
-    appSide: a,
-    hubSide: b,
-    stop: async () => {
-      await b.stop();
-      await a.stop();
-    },
-  };
+  const { a, b, stop } = await startTwoProcesses({ RATE_LIMITS: SPEC_TUNNEL_LIMITS });
+  return { appSide: a, hubSide: b, stop };
 });

@@ -1,6 +1,7 @@
 import type { DeviceStatus, MessageAck, MessageFromDevice, MessageToDevice } from '../../src/tunnel/events';
-import { createUser, startTestService, type TestService } from '../support/harness';
-import { connect, deviceToken, registerHub, request, type Probe } from '../support/tunnel';
+import { createUser } from '../support/harness';
+import { connect, deviceToken, registerHub, request } from '../support/tunnel';
+import { twoProcesses } from '../support/two-processes';
 
 /**
  * Two API processes on one Redis, and Redis restarts (empty: it keeps nothing on disk).
@@ -8,36 +9,18 @@ import { connect, deviceToken, registerHub, request, type Probe } from '../suppo
  * recovery, not the presence expiry's.
  */
 
-let a: TestService;
-let b: TestService;
-const open: Probe[] = [];
-
-beforeAll(async () => {
-  a = await startTestService('distributed', { ROLES: 'api,projector' });
-  b = await a.startAnother();
-}, 120_000);
-afterAll(async () => {
-  for (const p of open.splice(0)) p.close();
-  await b?.stop();
-  await a?.stop();
-});
-
-async function on(target: TestService, token: string): Promise<Probe> {
-  const p = await connect(target, token);
-  open.push(p);
-  return p;
-}
+const { a, b, on } = twoProcesses({ env: { ROLES: 'api,projector' } });
 
 test('the relay comes back by itself: device records written again, rooms subscribed again', async () => {
-  const owner = await createUser(a);
-  const hub = await registerHub(a, owner);
-  const token = await deviceToken(a, hub, owner);
-  const app = await on(a, owner.accessToken);
+  const owner = await createUser(a());
+  const hub = await registerHub(a(), owner);
+  const token = await deviceToken(a(), hub, owner);
+  const app = await on(a(), owner.accessToken);
   await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
-  const device = await on(b, token);
+  const device = await on(b(), token);
   await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);
 
-  const redis = a.redis;
+  const redis = a().redis;
   if (redis === null) throw new Error('the distributed harness exposes its Redis');
   await redis.restart();
 
@@ -55,7 +38,7 @@ test('the relay comes back by itself: device records written again, rooms subscr
   }
   // The device's record in Redis is back (process B wrote it again on reconnecting): a process
   // started after the restart, which has heard nothing, finds the device through it.
-  const c = await a.startAnother();
+  const c = await a().startAnother();
   try {
     const fromC = await connect(c, owner.accessToken);
     expect(await request<MessageAck>(fromC, 'tunnel:message', { deviceUuid: hub.uuid, type: 'via-c', payload: null })).toEqual({ success: true, delivered: true });

@@ -196,17 +196,21 @@ export class ByteReader {
   }
 }
 
+/** A tag, then a varint: integers, timestamps, well-known strings and the sizes of arrays and objects. */
+function writeTaggedVaruint(out: ByteWriter, tag: Tag, value: number): void {
+  out.u8(tag);
+  out.varuint(value);
+}
+
 export function writeString(out: ByteWriter, value: string): void {
   const known = KNOWN_INDEX.get(value);
   if (known !== undefined) {
-    out.u8(Tag.KnownString);
-    out.varuint(known);
+    writeTaggedVaruint(out, Tag.KnownString, known);
   } else if (value.length === 36 && UUID_PATTERN.test(value)) {
     out.u8(Tag.Uuid);
     out.uuid(value);
   } else if (value.length === 24 && isRoundTripTimestamp(value)) {
-    out.u8(Tag.Timestamp);
-    out.varuint(Date.parse(value));
+    writeTaggedVaruint(out, Tag.Timestamp, Date.parse(value));
   } else {
     out.u8(Tag.String);
     out.utf8(value);
@@ -222,8 +226,7 @@ function isRoundTripTimestamp(value: string): boolean {
 function writeNumber(out: ByteWriter, value: number): void {
   if (!Number.isFinite(value)) out.u8(Tag.Null);
   else if (Number.isInteger(value) && Math.abs(value) <= MAX_VARINT_INTEGER) {
-    out.u8(value >= 0 ? Tag.UInt : Tag.NegInt);
-    out.varuint(Math.abs(value));
+    writeTaggedVaruint(out, value >= 0 ? Tag.UInt : Tag.NegInt, Math.abs(value));
   } else {
     out.u8(Tag.Float);
     out.f64(value);
@@ -260,15 +263,13 @@ export function writeValue(out: ByteWriter, input: unknown, allowUndefined = fal
 }
 
 function writeArray(out: ByteWriter, items: readonly unknown[]): void {
-  out.u8(Tag.Array);
-  out.varuint(items.length);
+  writeTaggedVaruint(out, Tag.Array, items.length);
   for (const item of items) writeValue(out, item);
 }
 
 function writeObject(out: ByteWriter, object: object): void {
   const entries = Object.entries(object).filter(([, v]) => isJsonVisible(v));
-  out.u8(Tag.Object);
-  out.varuint(entries.length);
+  writeTaggedVaruint(out, Tag.Object, entries.length);
   for (const [key, entry] of entries) {
     writeString(out, key);
     writeValue(out, entry);

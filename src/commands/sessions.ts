@@ -61,34 +61,40 @@ export interface SessionCommands {
 }
 
 /**
- * Rotations this process answered recently, by the rotated token's `jti`: `pending` from its
- * append until its answer, then the time just before the answer was sent. A loser of a race
- * handled here can then be judged by what matters, whether it reached the service before the
- * winner was answered, however late a busy process got to it. Entries are dropped after a minute.
+ * Rotations of tokens this process is making or made recently, by the rotated token's `jti`:
+ * how many attempts are in flight (from the decision, before the append, until the answer),
+ * and when the last one ended, just before its answer was sent. A loser of a race handled here
+ * can then be judged by what matters, whether it reached the service before the winner was
+ * answered, however late a busy process got to it. Entries are dropped after a minute.
  */
 class RecentRotations {
-  private readonly entries = new Map<string, { readonly at: number; answeredAt: number | 'pending' }>();
+  private readonly entries = new Map<string, { readonly at: number; inFlight: number; endedAt: number }>();
 
   constructor(private readonly keepMs: number = 60_000) {}
 
-  started(jti: string, nowMs: number): void {
+  /** An attempt decided to rotate `jti` and is about to append. */
+  began(jti: string, nowMs: number): void {
     for (const [key, entry] of this.entries) {
-      if (entry.at >= nowMs - this.keepMs) break;
+      if (entry.at >= nowMs - this.keepMs || entry.inFlight > 0) break;
       this.entries.delete(key);
     }
-    this.entries.delete(jti);
-    this.entries.set(jti, { at: nowMs, answeredAt: 'pending' });
-  }
-
-  answered(jti: string, nowMs: number): void {
     const entry = this.entries.get(jti);
-    if (entry !== undefined) entry.answeredAt = nowMs;
+    if (entry !== undefined) entry.inFlight++;
+    else this.entries.set(jti, { at: nowMs, inFlight: 1, endedAt: 0 });
   }
 
-  /** Whether a request for `jti` that arrived at `arrivedMs` overlapped the rotation this process made of it. */
+  /** That attempt is over (answered, lost the append, or failed); called just before its answer. */
+  ended(jti: string, nowMs: number): void {
+    const entry = this.entries.get(jti);
+    if (entry === undefined) return;
+    entry.inFlight = Math.max(0, entry.inFlight - 1);
+    entry.endedAt = Math.max(entry.endedAt, nowMs);
+  }
+
+  /** Whether a request for `jti` that arrived at `arrivedMs` overlapped a rotation of it by this process. */
   overlapped(jti: string, arrivedMs: number): boolean {
     const entry = this.entries.get(jti);
-    return entry !== undefined && (entry.answeredAt === 'pending' || arrivedMs < entry.answeredAt);
+    return entry !== undefined && (entry.inFlight > 0 || arrivedMs < entry.endedAt);
   }
 }
 
@@ -103,8 +109,9 @@ class RecentRotations {
  *   fails on its expected revision and is refused (a retry would re-decide against the
  *   winner's `rotated` and take the loser for a thief).
  * - A loser that reads the stream after the winner's append: when the winner was this
- *   process, by the time of its answer (`RecentRotations`): arrived before it, or it is
- *   still pending. Exact, however long a busy process took to get to the loser.
+ *   process, by the time of its answer (`RecentRotations`): arrived before it, or the winner
+ *   is still between its decision and its answer. Exact, however long a busy process took to
+ *   get to the loser, and whenever the append becomes visible to readers.
  * - Else (the winner was another process): arrived before the winner decided (the new
  *   token's issue time, across processes as far as their clocks agree), or the sessions read
  *   model still named the presented token as the family's newest when the loser was handled
@@ -113,6 +120,7 @@ class RecentRotations {
 function rotationDecider(
   presented: { readonly requestedAt: string; readonly wasCurrent: boolean },
   recent: RecentRotations,
+  onRotating: () => void,
 ): Decider<SessionState, SessionCommand, SessionEvent> {
   return {
     ...sessionDecider,
@@ -129,7 +137,9 @@ function rotationDecider(
           if (race) throw new UnauthorizedError(SESSION_MESSAGES.revoked);
         }
       }
-      return sessionDecider.decide(command, state);
+      const events = sessionDecider.decide(command, state);
+      if (events.some((event) => event.type === 'RefreshRotated')) onRotating();
+      return events;
     },
   };
 }
@@ -179,33 +189,40 @@ export function createSessionCommands(deps: SessionCommandDeps): SessionCommands
     },
 
     async rotate(presented, client, ctx) {
-      let result;
+      let rotating = false;
+      const decider = rotationDecider(presented, recent, () => {
+        rotating = true;
+        recent.began(presented.jti, clock.now().getTime());
+      });
       try {
-        result = await handleCommand(
-          eventStore,
-          rotationDecider(presented, recent),
-          sessionStream(presented.familyId),
-          {
-            type: 'RotateRefresh',
-            // Now, not the arrival: the new token's issue time is what a later racer is compared with.
-            data: { familyId: presented.familyId, jti: presented.jti, newJti: randomUUID(), now: clock.now().toISOString(), ...client },
-          },
-          ctx,
-          clock,
-          { maxRetries: 0 },
-        );
-      } catch (error) {
-        // Lost the race for this token to a concurrent refresh: refused, the family untouched.
-        if (error instanceof ConflictError) throw new UnauthorizedError(SESSION_MESSAGES.revoked);
-        throw error;
+        let result;
+        try {
+          result = await handleCommand(
+            eventStore,
+            decider,
+            sessionStream(presented.familyId),
+            {
+              type: 'RotateRefresh',
+              // Now, not the arrival: the new token's issue time is what a later racer is compared with.
+              data: { familyId: presented.familyId, jti: presented.jti, newJti: randomUUID(), now: clock.now().toISOString(), ...client },
+            },
+            ctx,
+            clock,
+            { maxRetries: 0 },
+          );
+        } catch (error) {
+          // Lost the race for this token to a concurrent refresh: refused, the family untouched.
+          if (error instanceof ConflictError) throw new UnauthorizedError(SESSION_MESSAGES.revoked);
+          throw error;
+        }
+        await settle([result.position]);
+        const outcome = rotationOutcome(result.events);
+        if (!outcome.ok) throw outcome.error;
+        return outcome.issued;
+      } finally {
+        // The caller answers at once: a request for this token that arrived before now overlapped it.
+        if (rotating) recent.ended(presented.jti, clock.now().getTime());
       }
-      const outcome = rotationOutcome(result.events);
-      if (outcome.ok) recent.started(presented.jti, clock.now().getTime());
-      await settle([result.position]);
-      if (!outcome.ok) throw outcome.error;
-      // The caller answers at once: a request for this token that arrived before now overlapped it.
-      recent.answered(presented.jti, clock.now().getTime());
-      return outcome.issued;
     },
 
     async revokeFamily(familyId, reason, ctx) {

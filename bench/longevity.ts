@@ -24,6 +24,7 @@ import { join } from 'node:path';
 import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
 import { SNAPSHOT_FILE_NAME } from '../src/runtime/snapshot';
 import { HEARTBEAT_SECONDS, writeHistory, type HistoryCounts } from './longevity-history';
+import { median } from './stats';
 
 const DAYS = Number(process.env.BENCH_DAYS ?? 90);
 const HUBS = Number(process.env.BENCH_HUBS ?? 100);
@@ -43,11 +44,6 @@ function bytesOnDisk(dir: string): number {
 
 const mb = (bytes: number): string => `${(bytes / 1_048_576).toFixed(1)} MB`;
 const seconds = (ms: number): string => `${(ms / 1000).toFixed(2)} s`;
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? 0;
-}
 
 async function buildHistory(dir: string): Promise<HistoryCounts> {
   let clock = Date.now() - DAYS * 86_400_000;

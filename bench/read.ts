@@ -45,6 +45,7 @@ import type { LoadJob, LoadRequest, LoadResult } from './http-load';
 import { runInChild } from './http-open-load';
 import { listenOnLoopback, type LoopbackServer } from './loopback';
 import { profiled } from './profile';
+import { median } from './stats';
 import { mulberry32 } from '../test/support/prng';
 
 const DEVICES = Number(process.env.BENCH_DEVICES ?? 100_000);
@@ -383,11 +384,6 @@ async function main(): Promise<void> {
   for (const mode of MODES) rows.push(...(await benchMode(mode)));
 
   const ms = (n: number): string => n.toFixed(1);
-  const median = (values: readonly number[]): number => {
-    const sorted = [...values].sort((a, b) => a - b);
-    const mid = Math.floor(sorted.length / 2);
-    return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-  };
   process.stdout.write(
     `\nMedians over ${ROUNDS} rounds; each round's service run is compared with the mean of the bare runs just before and after it.\n` +
       '\n| mode | devices | caller | devices per caller | GET /devices req/s | bare req/s | % of bare (each round) | p50 ms | p99 ms | bare p99 ms | CPU µs per request (service, bare) | all 200 |\n' +

@@ -120,8 +120,9 @@ describe.each(MODES)('authentication and sessions (%s mode)', (mode) => {
         wrong.push(await time(alice.email));
       }
       const ratio = median(unknown) / median(wrong);
-      // A hash takes tens of milliseconds; skipping it would make unknown addresses far faster.
-      expect(median(wrong)).toBeGreaterThan(10);
+      // A hash takes milliseconds (about 10 on these machines, less on a faster Node); skipping it
+      // would make unknown addresses far faster.
+      expect(median(wrong)).toBeGreaterThan(3);
       expect(ratio).toBeGreaterThan(0.5);
       expect(ratio).toBeLessThan(2);
     });

@@ -1,5 +1,6 @@
 import type { Server as HttpServer } from 'node:http';
 import { Server } from 'socket.io';
+import { appOriginOf } from '../api/middleware';
 import type { AccessRevocations } from '../auth/access-revocations';
 import type { Tokens } from '../auth/tokens';
 import { systemClock, type Clock } from '../commands/handler';
@@ -90,13 +91,14 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
 
   let closing = false;
   const background = new Set<Promise<unknown>>();
+  const origin = appOriginOf(deps.appOrigin);
   const io: TunnelServer = new Server(httpServer, {
     serveClient: false,
     maxHttpBufferSize: options.maxFrameBytes,
     connectTimeout: 10_000,
     allowRequest: (_req, callback) => callback(closing ? 'shutting down' : null, !closing),
     ...(cluster.adapter !== undefined ? { adapter: cluster.adapter } : {}),
-    ...(deps.appOrigin !== undefined ? { cors: { origin: deps.appOrigin, credentials: true } } : {}),
+    ...(origin !== undefined ? { cors: { origin, credentials: true } } : {}),
   });
   // Nothing lives in the main namespace.
   io.of('/').use((_socket, next) => next(handshakeError(UNAUTHORIZED, 'Connect to the /tunnel namespace')));

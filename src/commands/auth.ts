@@ -78,6 +78,9 @@ export interface AuthCommands {
   drain(): Promise<void>;
 }
 
+/** The stand-in read when a login names no user: a user id no account ever has (ids are random v4 uuids). */
+const NO_USER_ID = '00000000-0000-0000-0000-000000000000';
+
 /** A reset token is `<userId>.<32 random bytes, base64url>`: the id finds the user's stream. */
 const RESET_TOKEN = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.[A-Za-z0-9_-]{43}$/;
 
@@ -111,12 +114,18 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
   };
 
   /**
-   * Whether the password is the user's, at the cost of one verification whatever the
-   * case: no such user, no password of its own yet (a synced user), or a wrong one.
+   * Whether the password is the user's. The same work whatever the case — no such user, no
+   * password of its own yet (a synced user), or a wrong one: one read of the credential store
+   * (a stand-in's key when there is nothing to read) and one verification.
    */
   const passwordMatches = async (user: ExistingUser | null, password: string): Promise<boolean> => {
-    const hash = user !== null && user.passwordVersion > 0 ? await credentials.get(user.userId, user.passwordVersion) : null;
-    return hash === null ? hasher.verifyNothing(password) : hasher.verify(hash, password);
+    const own = user !== null && user.passwordVersion > 0;
+    const hash = await credentials.get(own ? user.userId : NO_USER_ID, own ? user.passwordVersion : 1);
+    if (!own || hash === null) {
+      await hasher.verifyNothing(password);
+      return false;
+    }
+    return hasher.verify(hash, password);
   };
 
   const issueTokens = (user: { userId: string; email: string }, familyId: string, jti: string): TokenPair => ({
@@ -157,14 +166,15 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
   };
 
   const login = async ({ email, password }: { readonly email: string; readonly password: string }, client: ClientInfo, requestId: string): Promise<LoginResult> => {
+    // An unknown e-mail does the reads a known one does (a stream, a credential, one hash),
+    // so the time a login takes does not tell which addresses have accounts (decisions §3).
     const userId = await findUserIdByEmail(email);
-    const loaded = userId === null ? null : await loadUser(userId);
-    const user = loaded !== null && loaded.state.exists ? loaded.state : null;
+    const loaded = await loadUser(userId ?? NO_USER_ID);
+    const user = userId !== null && loaded.state.exists ? loaded.state : null;
     const matches = await passwordMatches(user, password);
-    if (user === null) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
-    // Inactive is said whatever the password: the CRM, not the password, decides it.
+    if (user === null || !matches) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
+    // Only the right password learns that the account is inactive.
     if (!user.isActive) throw new ForbiddenError(AUTH_MESSAGES.inactive);
-    if (!matches) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
 
     const { familyId, jti } = await sessions.open(user.userId, client, newCommandContext(userActor(user.userId), requestId));
     return {

@@ -174,8 +174,10 @@ describe.each(MODES)('authentication and sessions (%s mode)', (mode) => {
       const refused = await api(service, 'POST', '/auth/login', { body: { email: carol.email, password: carol.password } });
       expect(refused.status).toBe(403);
       expect(refused.body).toEqual({ statusCode: 403, message: 'Account is inactive', error: 'Forbidden' });
-      // Whatever the password: the account is inactive.
-      expect((await api(service, 'POST', '/auth/login', { body: { email: carol.email, password: 'wrong-password' } })).status).toBe(403);
+      // Only the right password learns that the account is inactive; a wrong one gets the usual 401.
+      const guessed = await api(service, 'POST', '/auth/login', { body: { email: carol.email, password: 'wrong-password' } });
+      expect(guessed.status).toBe(401);
+      expect(guessed.body).toEqual(UNAUTHORIZED('Invalid email or password'));
       for (const token of [before.refreshToken, other.refreshToken]) {
         const res = await refresh(token);
         expect(res.status).toBe(401);

@@ -11,7 +11,6 @@ import type { Mailer } from '../infra/mail/mailer';
 import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import type { LoginOutcome } from '../metrics';
-import { sessionFamily } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
 import { handleCommand, loadAggregate, newCommandContext, type Clock } from './handler';
@@ -68,8 +67,7 @@ export interface LoginResult extends TokenPair {
 
 export interface AuthCommands {
   login(input: { readonly email: string; readonly password: string }, client: ClientInfo, requestId: string): Promise<LoginResult>;
-  /** `receivedAt`: when the request reached the service (a rotation race is judged by it); now when not given. */
-  refresh(refreshToken: string, client: ClientInfo, requestId: string, receivedAt?: Date): Promise<TokenPair>;
+  refresh(refreshToken: string, client: ClientInfo, requestId: string): Promise<TokenPair>;
   logout(caller: AccessClaims, requestId: string): Promise<void>;
   /** Returns at once: the lookup, the event and the mail happen in the background. */
   requestPasswordReset(email: string, requestId: string): void;
@@ -201,19 +199,17 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
       }
     },
 
-    async refresh(refreshToken, client, requestId, receivedAt) {
-      const requestedAt = (receivedAt ?? clock.now()).toISOString();
+    async refresh(refreshToken, client, requestId) {
       const claims = tokens.verifyRefresh(refreshToken);
       const ctx = newCommandContext(userActor(claims.sub), requestId);
-      const [user, family] = await Promise.all([users().get(claims.sub), sessionFamily(readStore, claims.fam)]);
+      const user = await users().get(claims.sub);
       // Deactivation revokes the families it finds; this also closes the race with a login
       // that opened one meanwhile.
       if (user === null || !user.isActive) {
         await sessions.revokeFamily(claims.fam, 'deactivated', ctx);
         throw new UnauthorizedError(TOKEN_MESSAGES.revokedRefresh);
       }
-      const wasCurrent = family !== null && family.currentJti === claims.jti;
-      const issued = await sessions.rotate({ familyId: claims.fam, jti: claims.jti, requestedAt, wasCurrent }, client, ctx);
+      const issued = await sessions.rotate({ familyId: claims.fam, jti: claims.jti }, client, ctx);
       return issueTokens({ userId: user.id, email: user.email }, claims.fam, issued.jti);
     },
 

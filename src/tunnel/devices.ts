@@ -136,8 +136,9 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
   };
 
   const relay = (session: DeviceSession, input: unknown): Maybe<MessageAck> => {
-    const message = parse(deviceMessage, input);
+    // Counted before it is validated: an invalid message costs a point like any other.
     return andThen(runner.consume(session, 'message'), () => {
+      const message = parse(deviceMessage, input);
       const out: MessageFromDevice = {
         id: message.id ?? randomUUID(),
         deviceUuid: session.uuid,

@@ -56,8 +56,8 @@ test('the event log, its segments, indexes, compacted segments, the lock, the sn
     expect(reclaimed.segmentsCompacted).toBeGreaterThan(0);
     expect(Object.keys(found).filter((name) => /^events-\d+\.log$/.test(name)).length).toBeGreaterThan(2);
     expect(Object.keys(found).filter((name) => name.endsWith('.idx')).length).toBeGreaterThan(2);
-    expect(Object.keys(found)).toEqual(expect.arrayContaining(['events.log', 'events.lock', 'credentials.jsonl', 'read-models.snapshot', 'left-by-an-earlier-version.json']));
     expectOwnerOnly(found);
+    expect(Object.keys(found)).toEqual(expect.arrayContaining(['events.log', 'events.lock', 'credentials.jsonl', 'read-models.snapshot', 'left-by-an-earlier-version.json']));
   } finally {
     process.umask(umask);
   }
@@ -79,8 +79,8 @@ test('the service started under umask 022 on a 0755 directory with a 0644 file l
 
   const found = modes();
   // The stop wrote a start snapshot and the active segment's index.
+  expectOwnerOnly(found);
   expect(Object.keys(found)).toEqual(
     expect.arrayContaining(['events.log', 'events.log.idx', 'events.lock', 'secrets.json', 'credentials.jsonl', 'read-models.snapshot', 'left-by-an-earlier-version.json']),
   );
-  expectOwnerOnly(found);
 }, 120_000);

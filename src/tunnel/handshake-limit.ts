@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { RateLimiter, Tier } from '../ratelimit/limiter';
+import { RATE_LIMITED_HANDSHAKE } from './events';
 import type { LimitDecision } from './limiter';
 
 /**
@@ -48,7 +49,7 @@ export class RateLimitedHandshake extends Error {
   readonly data: { readonly retryAfter: number };
 
   constructor(retryAfter: number) {
-    super('rate_limited');
+    super(RATE_LIMITED_HANDSHAKE);
     this.name = 'RateLimitedHandshake';
     this.data = { retryAfter: Math.max(1, Math.ceil(retryAfter)) };
   }

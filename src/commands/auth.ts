@@ -112,14 +112,39 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
   };
 
   /**
+   * A real account that stands in for an unknown e-mail: its stream and its credential are read
+   * instead, so those reads cost what a known account's do (a missing stream or key answers
+   * faster). Looked up once, in the background; until then a key no account has stands in.
+   */
+  let decoy: string | null = null;
+  let lookingForDecoy = false;
+  const decoyUserId = (): string => {
+    if (decoy === null && !lookingForDecoy) {
+      lookingForDecoy = true;
+      users()
+        .find({ limit: 1 })
+        .then(
+          ([doc]) => {
+            decoy = doc?.id ?? null;
+          },
+          () => undefined,
+        )
+        .finally(() => {
+          lookingForDecoy = false;
+        });
+    }
+    return decoy ?? NO_USER_ID;
+  };
+
+  /**
    * Whether the password is the user's. The same work whatever the case — no such user, no
    * password of its own yet (a synced user), or a wrong one: one read of the credential store
-   * (a stand-in's key when there is nothing to read) and one verification.
+   * (the stand-in's when the e-mail is unknown) and one verification.
    */
-  const passwordMatches = async (user: ExistingUser | null, password: string): Promise<boolean> => {
-    const own = user !== null && user.passwordVersion > 0;
-    const hash = await credentials.get(own ? user.userId : NO_USER_ID, own ? user.passwordVersion : 1);
-    if (!own || hash === null) {
+  const passwordMatches = async (read: ExistingUser | null, user: ExistingUser | null, password: string): Promise<boolean> => {
+    const stored = read !== null && read.passwordVersion > 0;
+    const hash = await credentials.get(stored ? read.userId : NO_USER_ID, stored ? read.passwordVersion : 1);
+    if (user === null || user.passwordVersion === 0 || hash === null) {
       await hasher.verifyNothing(password);
       return false;
     }
@@ -167,9 +192,10 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
     // An unknown e-mail does the reads a known one does (a stream, a credential, one hash),
     // so the time a login takes does not tell which addresses have accounts (decisions §3).
     const userId = await findUserIdByEmail(email);
-    const loaded = await loadUser(userId ?? NO_USER_ID);
-    const user = userId !== null && loaded.state.exists ? loaded.state : null;
-    const matches = await passwordMatches(user, password);
+    const loaded = await loadUser(userId ?? decoyUserId());
+    const read = loaded.state.exists ? loaded.state : null;
+    const user = userId !== null ? read : null;
+    const matches = await passwordMatches(read, user, password);
     if (user === null || !matches) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
     // Only the right password learns that the account is inactive.
     if (!user.isActive) throw new ForbiddenError(AUTH_MESSAGES.inactive);

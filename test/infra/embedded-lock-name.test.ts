@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EventStoreLockedError, LOCK_FILE_NAME, openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
@@ -84,4 +84,13 @@ test('a holder whose events.lock another process locked after a removal stops wr
     await holder.close();
     await intruder?.();
   }
+});
+
+test('a symbolic link planted as events.lock is refused, and the file it points to is left as it was', async () => {
+  const dir = await dataDirectory();
+  const victim = join(await dataDirectory(), 'precious');
+  await writeFile(victim, 'precious content\n');
+  await symlink(victim, join(dir, LOCK_FILE_NAME));
+  await expect(openEmbeddedEventStore(dir)).rejects.toThrow(/symbolic link/);
+  expect(await readFile(victim, 'utf8')).toBe('precious content\n');
 });

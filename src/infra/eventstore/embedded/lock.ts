@@ -50,7 +50,7 @@ export async function acquireLock(
   recheckMs: number = LOCK_RECHECK_MS,
 ): Promise<() => Promise<void>> {
   const lockFile = path.join(directory, LOCK_FILE_NAME);
-  const handle = await fs.open(lockFile, constants.O_RDWR | constants.O_CREAT, DATA_FILE_MODE);
+  const handle = await openLockFile(lockFile);
   let locked: boolean;
   try {
     locked = tryLock(handle.fd);
@@ -106,6 +106,22 @@ export async function acquireLock(
   };
 }
 
+/**
+ * Opens (or creates) the lock file itself, never what a symbolic link of that name points to:
+ * the holder truncates and writes the file, and a link planted there (say, before the directory
+ * was made owner-only) would have it overwrite any file the service's user may write.
+ */
+async function openLockFile(lockFile: string): Promise<fs.FileHandle> {
+  try {
+    return await fs.open(lockFile, constants.O_RDWR | constants.O_CREAT | (constants.O_NOFOLLOW ?? 0), DATA_FILE_MODE);
+  } catch (error) {
+    if (errorCode(error) === 'ELOOP') {
+      throw new Error(`${lockFile} is a symbolic link: refusing to use it as the lock of the data directory; remove the link (the lock file is created again).`);
+    }
+    throw error;
+  }
+}
+
 interface HeldFile {
   readonly handle: fs.FileHandle;
   readonly identity: string;
@@ -129,7 +145,7 @@ async function keepName(lockFile: string, held: HeldFile[]): Promise<{ kind: 'he
   } catch (error) {
     if (errorCode(error) !== 'ENOENT') throw error;
   }
-  const handle = await fs.open(lockFile, constants.O_RDWR | constants.O_CREAT, DATA_FILE_MODE);
+  const handle = await openLockFile(lockFile);
   let locked: boolean;
   try {
     locked = tryLock(handle.fd);

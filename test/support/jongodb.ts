@@ -38,12 +38,27 @@ export async function startJongodb(): Promise<Jongodb> {
     throw error;
   }
   return {
-    uri,
+    uri: withPollingMonitor(uri),
     stop: async () => {
       process.removeListener('exit', killOnExit);
       await terminate(child);
     },
   };
+}
+
+/**
+ * jongodb answers the driver's awaitable `hello` (the streaming server-monitoring protocol
+ * of `serverMonitoringMode: 'auto'`, MongoDB 4.4+) at once and without `moreToCome`, so
+ * the driver's exhaust loop ends with "Server ended moreToCome unexpectedly" about once a
+ * second; the driver then marks the server unknown and clears its connection pool, and the
+ * operations waiting for a connection fail with `MongoPoolClearedError`. Polling monitoring
+ * (a plain `hello` every `heartbeatFrequencyMS`) is what it does answer correctly, so the
+ * URI handed out says so, and every client built from it (the service's, the tests') polls.
+ * A real MongoDB keeps the driver's default (`auto`: streaming).
+ */
+export function withPollingMonitor(uri: string): string {
+  if (/[?&]serverMonitoringMode=/.test(uri)) return uri;
+  return `${uri}${uri.includes('?') ? '&' : '?'}serverMonitoringMode=poll`;
 }
 
 function locateBinary(): string {

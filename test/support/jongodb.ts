@@ -16,13 +16,18 @@ const PACKAGE = '@jongodb/memory-server-bin-linux-x64-gnu';
 const START_TIMEOUT_MS = 15_000;
 const STOP_TIMEOUT_MS = 5_000;
 
-export async function startJongodb(): Promise<Jongodb> {
+export interface JongodbOptions {
+  /**
+   * false: a standalone server, which a client reaches through a proxy with
+   * `directConnection=true` (a replica-set member sends clients to its own address). Default true.
+   */
+  readonly replicaSet?: boolean;
+}
+
+export async function startJongodb(options: JongodbOptions = {}): Promise<Jongodb> {
   const binary = locateBinary();
-  const child = spawn(
-    binary,
-    ['--host=127.0.0.1', '--port=0', '--topology-profile=singleNodeReplicaSet', '--replica-set-name=rs0'],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const topology = options.replicaSet === false ? [] : ['--topology-profile=singleNodeReplicaSet', '--replica-set-name=rs0'];
+  const child = spawn(binary, ['--host=127.0.0.1', '--port=0', ...topology], { stdio: ['ignore', 'pipe', 'pipe'] });
   // Should the test process end without stop(), do not leave the server behind.
   const killOnExit = (): void => {
     child.kill('SIGKILL');

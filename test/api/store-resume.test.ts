@@ -151,3 +151,53 @@ describe('MongoDB unreachable for a while (distributed mode)', () => {
     expect(service.output()).not.toContain('"statusCode":500');
   }, 90_000);
 });
+
+describe('the event store unreachable for a while (distributed mode)', () => {
+  let stack: Stack;
+  let proxy: TcpProxy;
+  let service: ServerProcess;
+
+  beforeAll(async () => {
+    stack = await startStack();
+    proxy = await startTcpProxy(stack.esdb.port);
+    service = await startServerProcess({
+      ...TEST_SECRETS,
+      ...stack.env,
+      EVENTSTORE_URL: `esdb://127.0.0.1:${proxy.port}?tls=false`,
+      READ_YOUR_WRITES_TIMEOUT_MS: '500',
+    });
+  }, 60_000);
+  afterAll(async () => {
+    await service?.kill();
+    await proxy?.stop();
+    await stack?.stop();
+  }, 30_000);
+
+  test('writes answer 503 meanwhile; the projector resubscribes from its checkpoint by itself; readiness follows', async () => {
+    expect((await syncCustomer(service, `esdb.before.${nextCrmId}@example.com`)).status).toBe(201);
+    expect((await ready(service)).status).toBe(200);
+
+    await proxy.cut();
+
+    const refused = await api(service, 'POST', '/auth/sync-customer', {
+      headers: { 'X-Internal-Api-Key': CRM_KEY },
+      body: { id: nextCrmId++, first_name: 'Re', last_name: 'Fused', email: `esdb.refused.${nextCrmId}@example.com`, active: true },
+    });
+    expect({ status: refused.status, body: refused.body }).toEqual({ status: 503, body: UNAVAILABLE });
+    const down = await eventually(() => ready(service), (r) => r.body.checks.eventStore?.status === 'down', 'readiness naming the event store down');
+    expect(down.status).toBe(503);
+    // The projector's subscription broke with the connection.
+    await eventually(async () => service.output(), (out) => out.includes('"msg":"projector restarting"'), 'the projector restarting');
+
+    await proxy.resume();
+
+    // A fresh customer per attempt: the client reconnects on its own schedule.
+    const after = await eventually(() => syncCustomer(service, `esdb.after.${nextCrmId}@example.com`), (r) => r.status === 201, 'a write accepted again');
+    const token = tokens.signAccess({ sub: after.userId ?? '', email: 'after@example.com', role: 'user' });
+    const projected = await eventually(() => api(service, 'GET', '/users/me', { token }), (r) => r.status === 200, 'the new user projected');
+    expect((projected.body as { email?: string }).email).toMatch(/^esdb\.after\./);
+    const up = await eventually(() => ready(service), (r) => r.status === 200, 'readiness 200 again');
+    expect(Object.values(up.body.checks)).toEqual(Object.values(up.body.checks).map(() => ({ status: 'ok' })));
+    expect(service.output()).not.toContain('"statusCode":500');
+  }, 120_000);
+});

@@ -8,6 +8,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import type { RelayDirection } from '../metrics';
 import { createDeviceAccess } from './access';
+import { admitHandshakes, createAdmission, type AdmissionOptions } from './admission';
 import { createAppSockets } from './apps';
 import { createLocalCluster, createRedisCluster, type RedisAdapterKind, type TunnelCluster } from './cluster';
 import { acceptConnections, handshakeError } from './connection';
@@ -53,6 +54,8 @@ export interface TunnelDeps {
   /** CORS for the polling transport (browsers); the WebSocket transport needs none. */
   readonly appOrigin?: string | undefined;
   readonly options?: Partial<TunnelOptions>;
+  /** Device handshakes admitted at a pace (src/tunnel/admission.ts); absent: no admission control. */
+  readonly admission?: AdmissionOptions;
   /** Told of every message relayed (metrics). */
   readonly onRelayed?: (direction: RelayDirection) => void;
   /** The device read model: the heartbeat presence `device:status` carries when the tunnel socket connects or drops. */
@@ -125,6 +128,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const apps = createAppSockets(ctx, runner, devices);
   cluster.attach(nsp, (notice) => devices.onNotice(notice));
   await cluster.roomsReady();
+  if (deps.admission !== undefined) admitHandshakes(nsp, createAdmission(deps.admission));
   acceptConnections(ctx, { tokens: deps.tokens, clock, runner, apps, devices });
   const feed = await startLiveFeed(ctx, { eventStore: deps.eventStore, apps, devices, accessRevocations: deps.accessRevocations, onDeviceRevoked: deps.onDeviceRevoked });
   const stopSweep = startSlowConsumerSweep(ctx);

@@ -35,10 +35,10 @@ export function backoffDelay(attempt: number, options: BackoffOptions, random: (
 }
 
 /**
- * A wait the service asked for (`retryAfter` seconds): never shorter, and spread over up to
- * half as long again so the clients it refused together do not return together.
+ * A wait the service asked for (`retryAfter` whole seconds): never shorter, and spread over
+ * the second after it, so the clients told the same second do not return at its first
+ * millisecond (the service already gives the clients it refuses together different seconds).
  */
 export function retryAfterDelay(retryAfterSeconds: number, random: () => number): number {
-  const ms = Math.max(0, retryAfterSeconds) * 1000;
-  return Math.ceil(ms + random() * ms * 0.5);
+  return Math.ceil(Math.max(0, retryAfterSeconds) * 1000 + random() * 1000);
 }

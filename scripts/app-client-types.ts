@@ -19,7 +19,6 @@ export const APP_CLIENT_TYPES = join(__dirname, '..', 'clients', 'app', 'src', '
 const HEADER = `/**
  * Generated from the service's OpenAPI document by \`npm run generate:app-client\`; do not edit.
  */
-/* eslint-disable */
 `;
 
 export async function generateAppClientTypes(): Promise<string> {

@@ -1,7 +1,6 @@
 /**
  * Generated from the service's OpenAPI document by `npm run generate:app-client`; do not edit.
  */
-/* eslint-disable */
 export interface paths {
     "/admin/read-models/rebuild": {
         parameters: {

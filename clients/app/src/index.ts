@@ -34,6 +34,18 @@ export class SessionEndedError extends Error {
   }
 }
 
+/** A request the service refused: its status, message and, for 429, the seconds to wait. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly retryAfter?: number,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
 export interface AppClientOptions {
   /** The service, without `/api/v1`. */
   readonly baseUrl: string;
@@ -73,7 +85,10 @@ export class AppClient {
   /** Logs in and keeps the session. */
   async login(email: string, password: string): Promise<LoginResult> {
     const { data, error, response } = await this.api.POST('/auth/login', { body: { email, password } });
-    if (data === undefined) throw new Error(`login answered ${response.status}: ${JSON.stringify(error)}`);
+    if (data === undefined) {
+      const body = error as { message?: unknown; retryAfter?: unknown } | undefined;
+      throw new ApiError(response.status, typeof body?.message === 'string' ? body.message : `login answered ${response.status}`, typeof body?.retryAfter === 'number' ? body.retryAfter : undefined);
+    }
     await this.keep({ accessToken: data.accessToken, refreshToken: data.refreshToken });
     return data;
   }

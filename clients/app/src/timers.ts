@@ -16,11 +16,11 @@ export const realTimers: Timers = {
 export interface BackoffOptions {
   /** First ceiling, ms (default 1000). */
   readonly baseMs?: number;
-  /** Largest ceiling, ms (default 30000). */
+  /** Largest ceiling, ms (default 10000). */
   readonly capMs?: number;
 }
 
-export const DEFAULT_BACKOFF = { baseMs: 1000, capMs: 30_000 } as const;
+export const DEFAULT_BACKOFF = { baseMs: 1000, capMs: 10_000 } as const;
 
 /**
  * Exponential backoff with full jitter: attempt n (from 0) waits a uniform random time in

@@ -5,7 +5,7 @@ import { backoffDelay, retryAfterDelay, type BackoffOptions } from './timers';
 import type { AppClient } from './index';
 
 export interface AppTunnelOptions {
-  /** Reconnection after a drop (default 1 s doubling to 30 s, full jitter). */
+  /** Reconnection after a drop (default 1 s doubling to 10 s, full jitter). */
   readonly reconnect?: BackoffOptions;
   /** How long an ack may take, ms (default 10000). */
   readonly ackTimeoutMs?: number;

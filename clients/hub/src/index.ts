@@ -70,7 +70,7 @@ export interface HubClientOptions {
   readonly heartbeatBody?: () => Record<string, unknown> | undefined;
   /** Renew at a random point between these fractions of the token's lifetime (default [0.5, 0.8]). */
   readonly renewBetween?: readonly [number, number];
-  /** Tunnel reconnection (default 1 s doubling to 30 s, full jitter). */
+  /** Tunnel reconnection (default 1 s doubling to 10 s, full jitter). */
   readonly reconnect?: BackoffOptions;
   /** Renewal retries (default 1 s doubling to 60 s, full jitter). */
   readonly renewRetry?: BackoffOptions;
@@ -117,6 +117,9 @@ export class HubClient {
   private renewedForHandshake = false;
   private renewOnDisconnect = false;
   private pausedUntil = 0;
+  /** The last heartbeat did not reach the service: beat again as soon as the tunnel is back. */
+  private heartbeatMissed = false;
+  private cancelBeat: (() => void) | null = null;
   private halted: { reason: StopReason; message: string } | null = null;
   private readonly stoppedWith: Promise<{ reason: StopReason; message: string }>;
   private resolveStopped: (value: { reason: StopReason; message: string }) => void = () => undefined;
@@ -288,6 +291,7 @@ export class HubClient {
         if (await this.renew()) return this.heartbeat(true);
         return;
       }
+      this.heartbeatMissed = answer.status >= 500;
       if (answer.status === 403) return this.halt('unauthorized', 'The token belongs to another device');
       if (answer.status === 429) {
         const seconds = answer.retryAfter ?? DEFAULT_RETRY_AFTER;
@@ -298,9 +302,11 @@ export class HubClient {
       }
     } catch (error) {
       if (this.halted !== null) return;
+      this.heartbeatMissed = true;
       this.emit({ type: 'error', where: 'heartbeat', message: error instanceof Error ? error.message : String(error) });
     }
-    this.later(next, () => void this.heartbeat());
+    this.cancelBeat?.();
+    this.cancelBeat = this.later(next, () => void this.heartbeat());
   }
 
   // Renewal ------------------------------------------------------------------------------
@@ -379,6 +385,12 @@ export class HubClient {
       this.attempt = 0;
       this.renewedForHandshake = false;
       this.emit({ type: 'connected' });
+      // The service is back (the tunnel admitted this hub): the missed heartbeat now, not at the next interval.
+      if (this.heartbeatMissed) {
+        this.heartbeatMissed = false;
+        this.cancelBeat?.();
+        void this.heartbeat();
+      }
     });
     socket.on('connect_error', (error: Error & { data?: unknown }) => void this.onRefused(error));
     socket.on('disconnect', (reason: string) => {

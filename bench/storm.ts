@@ -85,6 +85,8 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 // The hubs (a worker process)
 
 function runWorker(): void {
+  // The bench is gone (it failed or was stopped): so is this fleet.
+  process.on('disconnect', () => process.exit(0));
   const clients: HubClient[] = [];
   const connectedNow = new Set<number>();
   const connectedSinceMark = new Set<number>();
@@ -98,7 +100,7 @@ function runWorker(): void {
     let back = 0;
     for (const i of connectedSinceMark) if (connectedNow.has(i)) back++;
     const message: WorkerReport = { kind: 'report', connected: connectedNow.size, back, beatsOk, beatsFailed, stopped, refused, reconnects };
-    process.send?.(message);
+    if (process.connected) process.send?.(message);
   };
   process.on('message', (message: WorkerMessage) => {
     if (message.kind === 'start') {

@@ -28,7 +28,6 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { HubClient } from '@home-hub-cloud/hub-client';
 import { createTokens } from '../src/auth/tokens';
 import { newCommandContext, toNewEvents } from '../src/commands/handler';
 import { deviceDecider, type DeviceState } from '../src/domain/device';
@@ -56,85 +55,9 @@ const SECRETS = {
 const tokens = createTokens({ jwtAccessSecret: SECRETS.JWT_ACCESS_SECRET, jwtRefreshSecret: SECRETS.JWT_REFRESH_SECRET, jwtDeviceSecret: SECRETS.JWT_DEVICE_SECRET });
 const GENEROUS = TIERS.map((tier) => `${tier}=100000000/60`).join(',');
 
-interface HubSpec {
-  readonly uuid: string;
-  readonly token: string;
-}
-
-type WorkerMessage =
-  | { readonly kind: 'start'; readonly baseUrl: string; readonly hubs: readonly HubSpec[] }
-  | { readonly kind: 'mark' }
-  | { readonly kind: 'stop' };
-
-interface WorkerReport {
-  readonly kind: 'report';
-  readonly connected: number;
-  /** Connected again since the last mark. */
-  readonly back: number;
-  /** Heartbeats accepted and failed since the last mark. */
-  readonly beatsOk: number;
-  readonly beatsFailed: number;
-  readonly stopped: Record<string, number>;
-  readonly refused: Record<string, number>;
-  readonly reconnects: number;
-}
+import type { HubSpec, WorkerMessage, WorkerReport } from './storm-fleet';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-// ---------------------------------------------------------------------------------------
-// The hubs (a worker process)
-
-function runWorker(): void {
-  // The bench is gone (it failed or was stopped): so is this fleet.
-  process.on('disconnect', () => process.exit(0));
-  const clients: HubClient[] = [];
-  const connectedNow = new Set<number>();
-  const connectedSinceMark = new Set<number>();
-  let beatsOk = 0;
-  let beatsFailed = 0;
-  const stopped: Record<string, number> = {};
-  const refused: Record<string, number> = {};
-  let reconnects = 0;
-  let reporter: NodeJS.Timeout | undefined;
-  const report = (): void => {
-    let back = 0;
-    for (const i of connectedSinceMark) if (connectedNow.has(i)) back++;
-    const message: WorkerReport = { kind: 'report', connected: connectedNow.size, back, beatsOk, beatsFailed, stopped, refused, reconnects };
-    if (process.connected) process.send?.(message);
-  };
-  process.on('message', (message: WorkerMessage) => {
-    if (message.kind === 'start') {
-      message.hubs.forEach((spec, i) => {
-        const client = new HubClient({ baseUrl: message.baseUrl, uuid: spec.uuid, tokens: { load: () => spec.token, save: () => undefined } });
-        client.on((event) => {
-          if (event.type === 'connected') {
-            connectedNow.add(i);
-            connectedSinceMark.add(i);
-          } else if (event.type === 'disconnected') connectedNow.delete(i);
-          else if (event.type === 'heartbeat') {
-            if (event.ok) beatsOk++;
-            else beatsFailed++;
-          } else if (event.type === 'error' && event.where === 'heartbeat') beatsFailed++;
-          else if (event.type === 'reconnecting') reconnects++;
-          else if (event.type === 'refused') refused[event.code] = (refused[event.code] ?? 0) + 1;
-          else if (event.type === 'stopped' && event.reason !== 'stopped') stopped[event.reason] = (stopped[event.reason] ?? 0) + 1;
-        });
-        clients.push(client);
-        void client.start();
-      });
-      reporter = setInterval(report, 250);
-    } else if (message.kind === 'mark') {
-      connectedSinceMark.clear();
-      beatsOk = 0;
-      beatsFailed = 0;
-      report();
-    } else {
-      clearInterval(reporter);
-      for (const client of clients) client.stop();
-      setTimeout(() => process.exit(0), 200);
-    }
-  });
-}
 
 // ---------------------------------------------------------------------------------------
 // The fleet's devices, written as events before the service starts (what registration writes)
@@ -294,7 +217,7 @@ interface Fleet {
 function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
   const reports = new Map<ChildProcess, WorkerReport>();
   const workers = Array.from({ length: WORKERS }, (_, w) => {
-    const worker = fork(__filename, ['--worker'], { execArgv: ['--import', 'tsx', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const worker = fork(join(__dirname, 'storm-fleet.ts'), [], { execArgv: ['--import', 'tsx', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     worker.on('message', (message: WorkerReport) => reports.set(worker, message));
     worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w) } satisfies WorkerMessage);
     return worker;
@@ -528,9 +451,7 @@ async function distributed(): Promise<void> {
   }
 }
 
-if (process.argv.includes('--worker')) runWorker();
-else
-  (MODE === 'embedded' ? embedded() : distributed()).then(
+(MODE === 'embedded' ? embedded() : distributed()).then(
     () => process.exit(0),
     (error: unknown) => {
       console.error(error);

@@ -282,3 +282,21 @@ test('no token in the store: stops at once with no-token', async () => {
   const started = await startHub(hub, null);
   expect(await started.client.stopped()).toMatchObject({ reason: 'no-token' });
 });
+
+test('a heartbeat that could not reach the service is sent again as soon as the tunnel is back', async () => {
+  const { hub, token } = await household();
+  const proxy = await startTcpProxy(service.baseUrl);
+  try {
+    proxy.setDown(true);
+    // The next regular heartbeat would be a minute away: only the reconnection can bring one sooner.
+    const started = await startHub(hub, token, { baseUrl: proxy.baseUrl, heartbeatIntervalMs: 60_000, reconnect: { baseMs: 100, capMs: 200 } });
+    await eventually(() => ofType(started.events, 'error').find((e) => e.where === 'heartbeat'), 10_000, 'a failed heartbeat');
+    await eventually(() => ofType(started.events, 'reconnecting').length >= 2, 10_000, 'attempts while down');
+    proxy.setDown(false);
+    await eventually(() => ofType(started.events, 'heartbeat').find((e) => e.ok), 10_000, 'a heartbeat after the reconnection');
+    const order = started.events.filter((e) => e.type === 'connected' || (e.type === 'heartbeat' && e.ok)).map((e) => e.type);
+    expect(order.slice(0, 2)).toEqual(['connected', 'heartbeat']);
+  } finally {
+    await proxy.close();
+  }
+});

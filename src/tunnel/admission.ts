@@ -17,20 +17,14 @@ export const ADMISSION_MESSAGE = 'Too many connections at once, retry later';
 export interface AdmissionOptions {
   /** Device handshakes admitted per second by this process (0: no admission control). */
   readonly perSecond: number;
-  /**
-   * Device handshakes being worked on at once (default 64): past it, refused at once instead
-   * of queued behind the others, where the client's connect timeout would waste their work.
-   */
-  readonly maxInFlight?: number;
   /** The latest second a refused hub is sent to (default 60). */
   readonly maxRetryAfterSeconds?: number;
   readonly now?: () => number;
 }
 
 export interface Admission {
-  /** Null when admitted (call `done` when its handshake ends); else the seconds to wait. */
+  /** Null when admitted; else the seconds to wait. */
   readonly decide: () => number | null;
-  readonly done: () => void;
   readonly stats: () => { readonly admitted: number; readonly refused: number };
 }
 
@@ -44,26 +38,20 @@ export function createAdmission(options: AdmissionOptions): Admission {
   let booked = 0;
   let admitted = 0;
   let refused = 0;
-  let inFlight = 0;
-  const maxInFlight = options.maxInFlight ?? 64;
   return {
     decide: () => {
       if (rate <= 0) return null;
       const t = now();
       tokens = Math.min(rate, tokens + ((t - refilledAt) / 1000) * rate);
       refilledAt = t;
-      if (tokens >= 1 && inFlight < maxInFlight) {
+      if (tokens >= 1) {
         tokens -= 1;
-        inFlight++;
         admitted++;
         return null;
       }
       refused++;
       booked = Math.min(Math.max(booked, t) + 1000 / rate, t + maxWait * 1000);
       return Math.max(1, Math.ceil((booked - t) / 1000));
-    },
-    done: () => {
-      inFlight = Math.max(0, inFlight - 1);
     },
     stats: () => ({ admitted, refused }),
   };
@@ -82,16 +70,8 @@ function presentsAccessToken(token: unknown): boolean {
   }
 }
 
-/** A handshake refused by a later step is over once this long has passed, at the latest. */
-const HANDSHAKE_SETTLED_MS = 2000;
-
-/**
- * Installs admission as the namespace's first handshake step. Returns the step to install
- * after every other one, which marks an admitted handshake as over (a refused one is over
- * when its connection closes, or after HANDSHAKE_SETTLED_MS).
- */
-export function admitHandshakes(nsp: TunnelNamespace, admission: Admission): (socket: Parameters<Parameters<TunnelNamespace['use']>[0]>[0], next: (error?: Error) => void) => void {
-  const pending = new WeakMap<object, () => void>();
+/** Installs admission as the namespace's first handshake step. */
+export function admitHandshakes(nsp: TunnelNamespace, admission: Admission): void {
   nsp.use((socket, next) => {
     const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
     if (presentsAccessToken(token)) {
@@ -99,27 +79,7 @@ export function admitHandshakes(nsp: TunnelNamespace, admission: Admission): (so
       return;
     }
     const retryAfter = admission.decide();
-    if (retryAfter !== null) {
-      next(Object.assign(handshakeError(RATE_LIMITED, ADMISSION_MESSAGE), { data: { message: ADMISSION_MESSAGE, retryAfter } }));
-      return;
-    }
-    let over = false;
-    const finish = (): void => {
-      if (over) return;
-      over = true;
-      clearTimeout(timer);
-      socket.conn.off('close', finish);
-      admission.done();
-    };
-    const timer = setTimeout(finish, HANDSHAKE_SETTLED_MS);
-    timer.unref();
-    socket.conn.once('close', finish);
-    pending.set(socket, finish);
-    next();
+    if (retryAfter === null) next();
+    else next(Object.assign(handshakeError(RATE_LIMITED, ADMISSION_MESSAGE), { data: { message: ADMISSION_MESSAGE, retryAfter } }));
   });
-  return (socket, next) => {
-    pending.get(socket)?.();
-    pending.delete(socket);
-    next();
-  };
 }

@@ -128,10 +128,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const apps = createAppSockets(ctx, runner, devices);
   cluster.attach(nsp, (notice) => devices.onNotice(notice));
   await cluster.roomsReady();
-  const admitted = deps.admission === undefined ? null : admitHandshakes(nsp, createAdmission(deps.admission));
+  if (deps.admission !== undefined) admitHandshakes(nsp, createAdmission(deps.admission));
   acceptConnections(ctx, { tokens: deps.tokens, clock, runner, apps, devices });
-  // Installed after the handshake's own steps: an admitted handshake is over when it gets here.
-  if (admitted !== null) nsp.use(admitted);
   const feed = await startLiveFeed(ctx, { eventStore: deps.eventStore, apps, devices, accessRevocations: deps.accessRevocations, onDeviceRevoked: deps.onDeviceRevoked });
   const stopSweep = startSlowConsumerSweep(ctx);
 

@@ -12,7 +12,7 @@ import { connect, deviceToken, refusal, registerHub } from '../support/tunnel';
 describe('the admission pace', () => {
   test('a burst of one second is admitted; the rest are booked one after another over the following seconds', () => {
     let t = 1_000_000;
-    const admission = createAdmission({ perSecond: 10, maxInFlight: 1000, now: () => t });
+    const admission = createAdmission({ perSecond: 10, now: () => t });
     const answers = Array.from({ length: 40 }, () => admission.decide());
     expect(answers.slice(0, 10)).toEqual(Array(10).fill(null));
     // 30 refused at 10 per second: told 1, 1, ..., 2, ..., 3 seconds.
@@ -21,14 +21,6 @@ describe('the admission pace', () => {
     // A second later the bucket holds ten again.
     t += 1000;
     expect(Array.from({ length: 10 }, () => admission.decide())).toEqual(Array(10).fill(null));
-  });
-
-  test('no more than maxInFlight handshakes at once: the next is refused until one is done', () => {
-    const admission = createAdmission({ perSecond: 100, maxInFlight: 2, now: () => 0 });
-    expect([admission.decide(), admission.decide()]).toEqual([null, null]);
-    expect(admission.decide()).toBe(1);
-    admission.done();
-    expect(admission.decide()).toBeNull();
   });
 
   test('never sends anyone further than the latest second', () => {

@@ -1,5 +1,6 @@
 import type { TunnelNamespace } from './context';
 import { handshakeError } from './connection';
+import { RATE_LIMITED_HANDSHAKE } from './events';
 
 /**
  * Handshake admission: the hubs of a fleet that lost the service at once (a crash, a deploy)
@@ -11,7 +12,7 @@ import { handshakeError } from './connection';
  * token) are never held back by hubs: people first.
  */
 
-export const RATE_LIMITED = 'rate_limited';
+export const RATE_LIMITED = RATE_LIMITED_HANDSHAKE;
 export const ADMISSION_MESSAGE = 'Too many connections at once, retry later';
 
 export interface AdmissionOptions {

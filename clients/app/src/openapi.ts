@@ -463,9 +463,8 @@ export interface components {
         GetHealthReadyResponse200: {
             checks: {
                 [key: string]: {
-                    detail?: string;
                     /** @enum {string} */
-                    status: "ok" | "fail";
+                    status: "ok" | "down" | "lagging" | "failed";
                 };
             };
             /** @enum {string} */

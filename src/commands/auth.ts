@@ -48,6 +48,8 @@ export interface AuthCommandDeps {
   readonly appOrigin: string | undefined;
   /** Told of every login answered: succeeded, or failed (wrong credentials, inactive account). */
   readonly onLogin?: (outcome: LoginOutcome) => void;
+  /** Resolves once every API process refuses the access tokens a revocation at `position` ended (503 after a timeout). */
+  readonly revocationsApplied?: (position: GlobalPosition) => Promise<void>;
 }
 
 export interface TokenPair {
@@ -241,6 +243,8 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
       await credentials.put(userId, changed.data.passwordVersion, hash);
       await sessions.revokeAllForUser(userId, 'password-reset', ctx);
       await settle([result.position]);
+      // Every access token issued before the reset ends at once, on every process (decisions §3).
+      if (result.position !== null) await deps.revocationsApplied?.(result.position);
     },
 
     async drain() {

@@ -75,7 +75,8 @@ export function createAccessRevocations(now: () => number = Date.now): AccessRev
       const second = Math.floor(Date.parse(doc.cutAt) / 1000);
       if (iat < second) return true;
       if (iat > second) return false;
-      return fam === undefined || !doc.openedAfterCut.includes(fam);
+      if (fam === undefined) return doc.cutBy === 'deactivation';
+      return !doc.openedAfterCut.includes(fam);
     },
     apply(recorded) {
       for (const id of accessRevocationIds(recorded)) {

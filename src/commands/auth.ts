@@ -14,6 +14,7 @@ import type { LoginOutcome } from '../metrics';
 import { sessionFamily } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
+import { familyCut } from '../auth/session-cutoff';
 import { handleCommand, loadAggregate, newCommandContext, type Clock } from './handler';
 import { latestPosition, type ClientInfo, type SessionCommands } from './sessions';
 
@@ -202,6 +203,12 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
       // that opened one meanwhile.
       if (user === null || !user.isActive) {
         await sessions.revokeFamily(claims.fam, 'deactivated', ctx);
+        throw new UnauthorizedError(TOKEN_MESSAGES.revokedRefresh);
+      }
+      // A deactivation or reset after the family was opened ends it, whatever the read models list (decisions §3).
+      const cut = await familyCut(eventStore, claims.sub, claims.fam);
+      if (cut !== null) {
+        await sessions.revokeFamily(claims.fam, cut, ctx);
         throw new UnauthorizedError(TOKEN_MESSAGES.revokedRefresh);
       }
       const wasCurrent = family !== null && family.currentJti === claims.jti;

@@ -33,6 +33,8 @@ export interface AccessRevocationDoc {
   readonly inactive: boolean;
   /** The latest deactivation or password reset (ISO 8601), or null. */
   readonly cutAt: string | null;
+  /** What made the cut. A token of its very second without a family (never issued by login or refresh) is refused after a deactivation only. */
+  readonly cutBy: 'deactivation' | 'reset' | null;
   /** Families opened after `cutAt` in log order, within the cut's second or the next. */
   readonly openedAfterCut: readonly string[];
   /** Families whose every access token is refused, with when they were revoked. */
@@ -50,15 +52,16 @@ function withRelevance(doc: Omit<AccessRevocationDoc, 'relevantUntil'>): AccessR
   return { ...doc, relevantUntil: latest === '' ? new Date(0).toISOString() : plus(latest, ACCESS_TOKEN_LIFETIME_MS + FORGET_MARGIN_MS) };
 }
 
-const empty = (id: string): Omit<AccessRevocationDoc, 'relevantUntil'> => ({ id, inactive: false, cutAt: null, openedAfterCut: [], revokedFamilies: [] });
+const empty = (id: string): Omit<AccessRevocationDoc, 'relevantUntil'> => ({ id, inactive: false, cutAt: null, cutBy: null, openedAfterCut: [], revokedFamilies: [] });
 
 /** Families revoked long enough before `now` that their every token has expired are dropped. */
 const current = (families: AccessRevocationDoc['revokedFamilies'], now: string): AccessRevocationDoc['revokedFamilies'] =>
   families.filter((f) => Date.parse(f.at) + ACCESS_TOKEN_LIFETIME_MS + FORGET_MARGIN_MS >= Date.parse(now));
 
-function cut(doc: AccessRevocationDoc | null, id: string, at: string, inactive: boolean): AccessRevocationDoc {
+function cut(doc: AccessRevocationDoc | null, id: string, at: string, by: 'deactivation' | 'reset'): AccessRevocationDoc {
   const base = doc ?? empty(id);
-  return withRelevance({ ...base, inactive: inactive || base.inactive, cutAt: at, openedAfterCut: [], revokedFamilies: current(base.revokedFamilies, at) });
+  const inactive = by === 'deactivation' || base.inactive;
+  return withRelevance({ ...base, inactive, cutAt: at, cutBy: by, openedAfterCut: [], revokedFamilies: current(base.revokedFamilies, at) });
 }
 
 /** Pure: the user's document after one event of its user stream or of one of its session streams. */
@@ -67,11 +70,11 @@ export function evolveAccessRevocationDoc(doc: AccessRevocationDoc | null, recor
   if (event === null) return doc;
   switch (event.type) {
     case 'UserDeactivated':
-      return cut(doc, id, event.data.deactivatedAt, true);
+      return cut(doc, id, event.data.deactivatedAt, 'deactivation');
     case 'UserReactivated':
       return doc === null || !doc.inactive ? doc : withRelevance({ ...doc, inactive: false });
     case 'PasswordChanged':
-      return event.data.reason === 'reset' ? cut(doc, id, event.data.changedAt, false) : doc;
+      return event.data.reason === 'reset' ? cut(doc, id, event.data.changedAt, 'reset') : doc;
     case 'RefreshIssued': {
       // Only the opening of a family (revision 0 of its stream), and only while the cut's second can matter.
       if (doc === null || doc.inactive || doc.cutAt === null || recorded.revision !== 0n) return doc;

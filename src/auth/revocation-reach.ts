@@ -24,8 +24,8 @@ export interface RevocationReach {
 }
 
 export const FEEDS_KEY = 'hhc:access-revocations:feeds';
-const HEARTBEAT_MS = 5000;
-const STALE_MS = 15_000;
+const HEARTBEAT_MS = 2000;
+const STALE_MS = 8000;
 const POLL_MS = 20;
 const UNAVAILABLE = 'Revocation not yet applied on every server; try again';
 

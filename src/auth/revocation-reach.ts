@@ -27,6 +27,7 @@ export const FEEDS_KEY = 'hhc:access-revocations:feeds';
 const HEARTBEAT_MS = 2000;
 const STALE_MS = 8000;
 const POLL_MS = 20;
+const STOP_WAIT_MS = 500;
 const UNAVAILABLE = 'Revocation not yet applied on every server; try again';
 
 export function localReach(feed: Pick<AccessRevocationFeed, 'waitFor'>, timeoutMs: number): RevocationReach {
@@ -49,7 +50,8 @@ export function redisReach(
   let stopped = false;
 
   const publish = (): void => {
-    if (stopped) return;
+    // Nothing queued while Redis is away: the next heartbeat after it is back says where this process is.
+    if (stopped || redis.status !== 'ready') return;
     const position = feed.position();
     const value = `${position === null ? '' : formatPosition(position)}|${now()}`;
     redis.hset(FEEDS_KEY, processId, value).catch((error: unknown) => {
@@ -88,7 +90,13 @@ export function redisReach(
       const deadline = now() + options.timeoutMs;
       if (!(await feed.waitFor(position, options.timeoutMs))) throw new ServiceUnavailableError(UNAVAILABLE);
       for (;;) {
-        if (await everywhere(position)) return;
+        // Bounded: a Redis that does not answer is a reach that cannot be confirmed (503).
+        const remaining = Math.max(0, deadline - now());
+        const known = await Promise.race([
+          everywhere(position).catch(() => false),
+          new Promise<false>((resolve) => setTimeout(() => resolve(false), remaining).unref()),
+        ]);
+        if (known) return;
         if (now() >= deadline) {
           options.logger.warn({ position: formatPosition(position) }, 'access revocations: not applied by every process in time');
           throw new ServiceUnavailableError(UNAVAILABLE);
@@ -99,7 +107,9 @@ export function redisReach(
     async stop() {
       stopped = true;
       clearInterval(heartbeat);
-      await redis.hdel(FEEDS_KEY, processId).catch(() => undefined);
+      // Bounded: with Redis away the entry simply goes stale.
+      if (redis.status !== 'ready') return;
+      await Promise.race([redis.hdel(FEEDS_KEY, processId).catch(() => undefined), new Promise((resolve) => setTimeout(resolve, STOP_WAIT_MS).unref())]);
     },
   };
 }

@@ -13,6 +13,9 @@ import {
 } from '../projections/access-revocations';
 import { TOKEN_MESSAGES, type AccessClaims, type Tokens } from './tokens';
 
+/** An access token's lifetime and a minute more for clocks that disagree. */
+const CUT_MATTERS_MS = 960_000;
+
 /**
  * Access tokens that end before they expire (decisions §3): a deactivation, a password reset,
  * a detected reuse. From that moment the tokens they cover are refused with 401 `Token has
@@ -70,12 +73,14 @@ export function createAccessRevocations(now: () => number = Date.now): AccessRev
       const doc = docs.get(sub);
       if (doc === undefined) return false;
       if (doc.inactive) return true;
-      if (fam !== undefined && doc.revokedFamilies.some((f) => f.familyId === fam)) return true;
-      if (doc.cutAt === null) return false;
-      const second = Math.floor(Date.parse(doc.cutAt) / 1000);
-      if (iat < second) return true;
-      if (iat > second) return false;
-      if (fam === undefined) return doc.cutBy === 'deactivation';
+      if (Date.parse(doc.relevantUntil) <= now()) return false;
+      if (fam === undefined) {
+        // Never issued by login or refresh: judged by the deactivation second alone.
+        return doc.deactivatedAt !== null && iat <= Math.floor(Date.parse(doc.deactivatedAt) / 1000);
+      }
+      if (doc.revokedFamilies.some((f) => f.familyId === fam)) return true;
+      // The cut matters while a token from before it can still be alive.
+      if (doc.cutAt === null || Date.parse(doc.cutAt) + CUT_MATTERS_MS <= now()) return false;
       return !doc.openedAfterCut.includes(fam);
     },
     apply(recorded) {

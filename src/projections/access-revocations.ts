@@ -10,8 +10,6 @@ export const ACCESS_TOKEN_LIFETIME_MS = 900_000;
 const FORGET_MARGIN_MS = 60_000;
 /** `relevantUntil` of an inactive account: every token stays refused. */
 export const WHILE_INACTIVE = '9999-12-31T23:59:59.999Z';
-/** A family opened this long after the cut can no longer have a token of the cut's very second. */
-const SAME_SECOND_WINDOW_MS = 2000;
 
 /**
  * Which access tokens of a user are refused before they expire (decisions §3), as the log
@@ -21,8 +19,9 @@ const SAME_SECOND_WINDOW_MS = 2000;
  * - a password reset: every token issued before it;
  * - a family revoked by detected reuse, a deactivation or a reset: every token of that family.
  *
- * A token's `iat` is in whole seconds: a token of the cut's very second is refused unless its
- * family was opened after the cut in log order (a login right after a reactivation works at once).
+ * A token is judged by its family, in log order, not by its `iat` (whole seconds, and the clock of
+ * whichever process signed it): while a cut matters, only the families opened after it pass (a
+ * login right after a reactivation or a reset works at once).
  *
  * Every API process starts from this read model at the projector's checkpoint and follows the
  * log from there (src/auth/access-revocations.ts), so what it refuses follows from the log
@@ -33,9 +32,11 @@ export interface AccessRevocationDoc {
   readonly inactive: boolean;
   /** The latest deactivation or password reset (ISO 8601), or null. */
   readonly cutAt: string | null;
-  /** What made the cut. A token of its very second without a family (never issued by login or refresh) is refused after a deactivation only. */
+  /** What made the cut. */
   readonly cutBy: 'deactivation' | 'reset' | null;
-  /** Families opened after `cutAt` in log order, within the cut's second or the next. */
+  /** The latest deactivation: a token without a family (never issued by login or refresh) is judged by it alone. */
+  readonly deactivatedAt: string | null;
+  /** Families opened after `cutAt` in log order (while the cut matters): only their tokens pass. */
   readonly openedAfterCut: readonly string[];
   /** Families whose every access token is refused, with when they were revoked. */
   readonly revokedFamilies: ReadonlyArray<{ readonly familyId: string; readonly at: string }>;
@@ -52,7 +53,7 @@ function withRelevance(doc: Omit<AccessRevocationDoc, 'relevantUntil'>): AccessR
   return { ...doc, relevantUntil: latest === '' ? new Date(0).toISOString() : plus(latest, ACCESS_TOKEN_LIFETIME_MS + FORGET_MARGIN_MS) };
 }
 
-const empty = (id: string): Omit<AccessRevocationDoc, 'relevantUntil'> => ({ id, inactive: false, cutAt: null, cutBy: null, openedAfterCut: [], revokedFamilies: [] });
+const empty = (id: string): Omit<AccessRevocationDoc, 'relevantUntil'> => ({ id, inactive: false, cutAt: null, cutBy: null, deactivatedAt: null, openedAfterCut: [], revokedFamilies: [] });
 
 /** Families revoked long enough before `now` that their every token has expired are dropped. */
 const current = (families: AccessRevocationDoc['revokedFamilies'], now: string): AccessRevocationDoc['revokedFamilies'] =>
@@ -61,7 +62,8 @@ const current = (families: AccessRevocationDoc['revokedFamilies'], now: string):
 function cut(doc: AccessRevocationDoc | null, id: string, at: string, by: 'deactivation' | 'reset'): AccessRevocationDoc {
   const base = doc ?? empty(id);
   const inactive = by === 'deactivation' || base.inactive;
-  return withRelevance({ ...base, inactive, cutAt: at, cutBy: by, openedAfterCut: [], revokedFamilies: current(base.revokedFamilies, at) });
+  const deactivatedAt = by === 'deactivation' ? at : base.deactivatedAt;
+  return withRelevance({ ...base, inactive, cutAt: at, cutBy: by, deactivatedAt, openedAfterCut: [], revokedFamilies: current(base.revokedFamilies, at) });
 }
 
 /** Pure: the user's document after one event of its user stream or of one of its session streams. */
@@ -76,9 +78,9 @@ export function evolveAccessRevocationDoc(doc: AccessRevocationDoc | null, recor
     case 'PasswordChanged':
       return event.data.reason === 'reset' ? cut(doc, id, event.data.changedAt, 'reset') : doc;
     case 'RefreshIssued': {
-      // Only the opening of a family (revision 0 of its stream), and only while the cut's second can matter.
+      // Only the opening of a family (revision 0 of its stream), and only while the cut matters.
       if (doc === null || doc.inactive || doc.cutAt === null || recorded.revision !== 0n) return doc;
-      if (Date.parse(event.data.issuedAt) > Date.parse(doc.cutAt) + SAME_SECOND_WINDOW_MS) return doc;
+      if (Date.parse(event.data.issuedAt) > Date.parse(doc.cutAt) + ACCESS_TOKEN_LIFETIME_MS + FORGET_MARGIN_MS) return doc;
       if (doc.openedAfterCut.includes(event.data.familyId)) return doc;
       return { ...doc, openedAfterCut: [...doc.openedAfterCut, event.data.familyId] };
     }

@@ -84,7 +84,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   const port = (server.address() as AddressInfo).port;
   // 5. Embedded: start snapshots, the first one now if the start replayed anything.
   if (config.mode === 'embedded' && projector !== null && infra.snapshot !== null) {
-    snapshots = startEmbeddedSnapshots(config, infra.snapshot, logger, () => api?.exportRevocations() ?? null);
+    snapshots = startEmbeddedSnapshots(config, infra.snapshot, logger);
     void snapshots.write();
   }
   logger.info(

@@ -1,5 +1,5 @@
 import type { ErrorRequestHandler, RequestHandler } from 'express';
-import { DomainError, RateLimitedError, ValidationError } from '../domain/errors';
+import { DomainError, RateLimitedError, ServiceUnavailableError, ValidationError } from '../domain/errors';
 import { isTransientStoreError } from '../infra/transient';
 import type { Logger } from '../logger';
 
@@ -67,6 +67,11 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
     if (error instanceof RateLimitedError) {
       res.setHeader('Retry-After', String(error.retryAfterSeconds));
       res.status(429).json({ ...errorBody(429, 'Rate limit exceeded'), retryAfter: error.retryAfterSeconds });
+      return;
+    }
+    if (error instanceof ServiceUnavailableError) {
+      res.setHeader('Retry-After', '1');
+      res.status(503).json(errorBody(503, error.message));
       return;
     }
     if (error instanceof DomainError) {

@@ -13,6 +13,7 @@ import type { Logger } from '../logger';
 import type { LoginOutcome } from '../metrics';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
+import { familyCut } from '../auth/session-cutoff';
 import { handleCommand, loadAggregate, newCommandContext, type Clock } from './handler';
 import { latestPosition, type ClientInfo, type SessionCommands } from './sessions';
 
@@ -47,6 +48,8 @@ export interface AuthCommandDeps {
   readonly appOrigin: string | undefined;
   /** Told of every login answered: succeeded, or failed (wrong credentials, inactive account). */
   readonly onLogin?: (outcome: LoginOutcome) => void;
+  /** Resolves once every API process refuses the access tokens a revocation at `position` ended (503 after a timeout). */
+  readonly revocationsApplied?: (position: GlobalPosition) => Promise<void>;
 }
 
 export interface TokenPair {
@@ -235,6 +238,12 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
         await sessions.revokeFamily(claims.fam, 'deactivated', ctx);
         throw new UnauthorizedError(TOKEN_MESSAGES.revokedRefresh);
       }
+      // A deactivation or reset after the family was opened ends it, whatever the read models list (decisions §3).
+      const cut = await familyCut(eventStore, claims.sub, claims.fam);
+      if (cut !== null) {
+        await sessions.revokeFamily(claims.fam, cut, ctx);
+        throw new UnauthorizedError(TOKEN_MESSAGES.revokedRefresh);
+      }
       const issued = await sessions.rotate({ familyId: claims.fam, jti: claims.jti }, client, ctx);
       return issueTokens({ userId: user.id, email: user.email }, claims.fam, issued.jti);
     },
@@ -273,6 +282,8 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
       await credentials.put(userId, changed.data.passwordVersion, hash);
       await sessions.revokeAllForUser(userId, 'password-reset', ctx);
       await settle([result.position]);
+      // Every access token issued before the reset ends at once, on every process (decisions §3).
+      if (result.position !== null) await deps.revocationsApplied?.(result.position);
     },
 
     async drain() {

@@ -14,6 +14,8 @@ export interface UserCommandDeps {
   readonly readYourWritesTimeoutMs: number;
   /** Deactivation revokes every refresh-token family of the user (decisions §3). */
   readonly revokeSessions: (userId: string, reason: 'deactivated', ctx: CommandContext) => Promise<void>;
+  /** Resolves once every API process refuses the access tokens a revocation at `position` ended (503 after a timeout). */
+  readonly revocationsApplied?: (position: GlobalPosition) => Promise<void>;
 }
 
 /** The sync-customer body after validation at the edge. */
@@ -145,7 +147,10 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       if (!result.state.exists) throw new Error('sync-customer left no user behind');
       // Once the user reads as inactive, no new family can be opened (login checks), nor
       // an old one rotated (refresh checks too, for a family opened in between).
-      if (result.events.some((e) => e.type === 'UserDeactivated')) await deps.revokeSessions(userId, 'deactivated', ctx);
+      if (result.events.some((e) => e.type === 'UserDeactivated')) {
+        await deps.revokeSessions(userId, 'deactivated', ctx);
+        if (result.position !== null) await deps.revocationsApplied?.(result.position);
+      }
       const created = result.events.some((e) => e.type === 'UserSynced' && e.data.created);
       return { user: result.state, created };
     },

@@ -6,7 +6,8 @@ import type { Metrics } from '../metrics';
 import { createApp } from '../api/app';
 import type { ReadinessReport } from '../api/routes/health';
 import { rateLimit } from '../api/rate-limit';
-import { startAccessRevocationFeed, withAccessRevocations, type RevocationsSnapshot } from '../auth/access-revocations';
+import { startAccessRevocationFeed, withAccessRevocations } from '../auth/access-revocations';
+import { localReach, redisReach } from '../auth/revocation-reach';
 import { createApiKeyMatcher } from '../auth/api-keys';
 import { createPasswordHasher } from '../auth/passwords';
 import { createTokens } from '../auth/tokens';
@@ -16,6 +17,7 @@ import { createDeviceCommands } from '../commands/devices';
 import { createSessionCommands } from '../commands/sessions';
 import { createUserCommands } from '../commands/users';
 import type { DeviceState } from '../domain/device';
+import type { GlobalPosition } from '../infra/eventstore/port';
 import { createLogMailer, createSmtpMailer } from '../infra/mail/mailer';
 import { allProjections } from '../projections';
 import { createMemoryRateLimiter, createRedisRateLimiter, type Tier } from '../ratelimit/limiter';
@@ -36,8 +38,6 @@ export interface ApiRole {
   /** Before the HTTP drain: tunnel transports. After it: the mail still to send. */
   readonly stopBeforeHttp: readonly ShutdownStep[];
   readonly stopAfterHttp: readonly ShutdownStep[];
-  /** The access revocations with their position, for a start snapshot (embedded mode). */
-  readonly exportRevocations: () => RevocationsSnapshot;
 }
 
 export interface ApiRoleDeps {
@@ -55,17 +55,18 @@ export interface ApiRoleDeps {
 async function startUseCases({ config, infra, logger, metrics, clock, deviceStates }: Omit<ApiRoleDeps, 'readiness'>) {
   const settle = { watermark: infra.watermark, clock, readYourWritesTimeoutMs: config.readYourWritesTimeoutMs };
   const sessions = createSessionCommands({ eventStore: infra.eventStore, readStore: infra.readStore, ...settle });
+  // Complete before anything serves: every cut the log holds, whatever the snapshot (decisions §1, §3).
+  const revocations = await startAccessRevocationFeed({ eventStore: infra.eventStore, readStore: infra.readStore, logger });
+  const reach =
+    infra.redis === null
+      ? localReach(revocations, config.readYourWritesTimeoutMs)
+      : redisReach(infra.redis, revocations, { timeoutMs: config.readYourWritesTimeoutMs, logger });
+  const revoked = (position: GlobalPosition) => reach.untilEveryProcess(position);
   const users = createUserCommands({
     eventStore: infra.eventStore,
     ...settle,
     revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
-  });
-  const restored = infra.snapshot?.restored?.revocations ?? undefined;
-  const revocations = await startAccessRevocationFeed({
-    eventStore: infra.eventStore,
-    readStore: infra.readStore,
-    logger,
-    ...(restored !== undefined ? { restored } : {}),
+    revocationsApplied: revoked,
   });
   const tokens = withAccessRevocations(createTokens(infra.secrets), revocations.revocations);
   const devices = createDeviceCommands({
@@ -93,13 +94,14 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     ...settle,
     adminEmails: config.adminEmails,
     appOrigin: config.appOrigin,
+    revocationsApplied: revoked,
   });
-  return { sessions, users, revocations, tokens, devices, mailer, auth };
+  return { sessions, users, revocations, reach, tokens, devices, mailer, auth };
 }
 
 export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
   const { config, infra, logger, metrics, clock, readiness } = deps;
-  const { users, revocations, tokens, devices, mailer, auth } = await startUseCases(deps);
+  const { users, revocations, reach, tokens, devices, mailer, auth } = await startUseCases(deps);
   const limiter =
     infra.redis === null
       ? createMemoryRateLimiter(config.rateLimits)
@@ -156,10 +158,9 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
 
   return {
     server,
-    exportRevocations: () => revocations.exportState(),
     stopBeforeHttp: [{ name: 'tunnel', run: () => tunnel.close() }],
     stopAfterHttp: [
-      { name: 'revocations', run: () => revocations.stop() },
+      { name: 'revocations', run: async () => Promise.all([reach.stop(), revocations.stop()]).then(() => undefined) },
       // Reset mails still on their way are sent before the stores close.
       {
         name: 'mail',

@@ -24,7 +24,7 @@ export async function startLiveFeed(
     readonly eventStore: EventStore;
     readonly apps: Pick<AppSockets, 'removeSubscription'>;
     readonly devices: Pick<DeviceSockets, 'end' | 'connected' | 'sendStatus'>;
-    readonly accessRevocations: Pick<AccessRevocations, 'onRevoked'> | undefined;
+    readonly accessRevocations: Pick<AccessRevocations, 'onRevoked' | 'isRevoked'> | undefined;
     /** The heartbeat path's folds of device streams: a revocation made elsewhere makes them stale. */
     readonly onDeviceRevoked?: ((streamName: string) => void) | undefined;
   },
@@ -89,10 +89,13 @@ export async function startLiveFeed(
     }
   };
 
-  // A deactivated account: every process closes the sockets it holds for it.
-  deps.accessRevocations?.onRevoked((userId) => {
+  // Tokens that ended (a deactivation, a password reset, a reused family): every process closes the sockets it holds with them.
+  const revocations = deps.accessRevocations;
+  revocations?.onRevoked((userId) => {
     for (const session of [...sessions.all.values()]) {
       if (session.kind !== 'app' || session.userId !== userId) continue;
+      const auth = session.socket.data.auth;
+      if (auth.kind === 'app' && !revocations.isRevoked({ sub: auth.userId, iat: auth.iat, fam: auth.fam })) continue;
       session.socket.emit('tunnel:error', { code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.accountRevoked });
       session.socket.disconnect(true);
     }

@@ -67,7 +67,7 @@ export interface TunnelDeps {
   /** The device read model: the heartbeat presence `device:status` carries when the tunnel socket connects or drops. */
   readonly readStore?: ReadStore;
   /** Deactivated accounts: their app sockets are told ACCESS_REVOKED and closed. */
-  readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked'>;
+  readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked' | 'isRevoked'>;
   /** Told of a device stream whose token generation changed or that was deleted, on any process. */
   readonly onDeviceRevoked?: (streamName: string) => void;
 }

@@ -67,6 +67,8 @@ export interface TunnelStats {
   readonly appSockets: number;
   readonly deviceSockets: number;
   readonly subscriptions: number;
+  /** App sessions in the subscriber index (each counted once per device): equals `subscriptions` unless some leaked. */
+  readonly subscribedSessions: number;
 }
 
 export interface Tunnel {
@@ -148,7 +150,9 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
         appSockets++;
         subscriptions += session.subscriptions.size;
       }
-      return { appSockets, deviceSockets: ctx.sessions.all.size - appSockets, subscriptions };
+      let subscribedSessions = 0;
+      for (const set of ctx.sessions.subscribers.values()) subscribedSessions += set.size;
+      return { appSockets, deviceSockets: ctx.sessions.all.size - appSockets, subscriptions, subscribedSessions };
     },
     close: async () => {
       if (closing) return;

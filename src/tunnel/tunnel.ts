@@ -135,11 +135,15 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   // and announced, since the other processes' answers about these devices may be stale.
   const refresh = setInterval(() => ctx.track(cluster.refreshDevices(devices.held()), 'device refresh'), REFRESH_CLAIMS_MS);
   refresh.unref();
-  cluster.onReconnect(() => {
+  cluster.onReconnect((why) => {
     const held = devices.held();
     ctx.track(cluster.refreshDevices(held), 'device refresh');
     for (const device of held) cluster.announce({ kind: 'device-connected', ...device });
+    // Taken for dead, the others told their subscribers these devices were gone.
+    if (why === 'revived') devices.announceHeld();
   });
+  // Another process died: its devices are gone, and this process's subscribers hear it.
+  cluster.onDevicesGone((gone) => devices.onGone(gone));
 
   return {
     stats: () => {

@@ -11,7 +11,7 @@ import {
   type UniqueIndex,
 } from './equality-index';
 import { frozenCopy } from './frozen-copy';
-import type { DocChange, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, SortKey, Where } from './port';
+import type { CheckpointGuard, DocChange, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, SortKey, Where } from './port';
 import { compareStrings, compileWhere, matchesAll, parseQuery, parseSort, type CompiledWhere, type ParsedSortKey, type Stored } from './query';
 import { sortDocuments } from './sort';
 import { createCompoundIndex, pageFrom, sortedPlan, type CompoundIndex } from './sorted-plan';
@@ -55,6 +55,7 @@ export interface MemoryReadStore extends ReadStore {
 export function createMemoryReadStore(initial?: MemoryStoreState): MemoryReadStore {
   const collections = new Map<string, MemoryCollection>();
   const checkpoints = new Map<string, string>();
+  const checkpointGuards = new Map<string, CheckpointGuard>();
   let closed = false;
   if (initial !== undefined) {
     for (const [name, value] of Object.entries(initial.checkpoints)) checkpoints.set(name, value);
@@ -90,6 +91,17 @@ export function createMemoryReadStore(initial?: MemoryStoreState): MemoryReadSto
       assertName(name, 'checkpoint name');
       if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
       checkpoints.set(name, value);
+      checkpointGuards.delete(name);
+    },
+    async advanceCheckpoint(name, value, guard) {
+      assertName(name, 'checkpoint name');
+      if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
+      const stored = checkpointGuards.get(name);
+      if (stored !== undefined && stored.epoch > guard.epoch) return 'fenced';
+      if (stored !== undefined && compareStrings(stored.order, guard.order) > 0) return 'behind';
+      checkpoints.set(name, value);
+      checkpointGuards.set(name, { epoch: guard.epoch, order: guard.order });
+      return 'written';
     },
     async ping() {
       if (closed) throw new Error('memory read store is closed');

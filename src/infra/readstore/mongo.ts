@@ -43,13 +43,37 @@ export async function createMongoReadStore(
     async setCheckpoint(name, value) {
       assertName(name, 'checkpoint name');
       if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
-      const write = (): Promise<unknown> => checkpoints.updateOne({ _id: name }, { $set: { value } }, { upsert: true });
+      const write = (): Promise<unknown> => checkpoints.updateOne({ _id: name }, { $set: { value }, $unset: { epoch: '', order: '' } }, { upsert: true });
       try {
         await write();
       } catch (error) {
         // Two first writes raced on the upsert: the document exists now, so the update applies.
         if (!isDuplicateKey(error)) throw error;
         await write();
+      }
+    },
+    async advanceCheckpoint(name, value, guard) {
+      assertName(name, 'checkpoint name');
+      if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
+      if (!Number.isSafeInteger(guard.epoch) || guard.epoch < 0 || typeof guard.order !== 'string') throw new TypeError('invalid checkpoint guard');
+      const fields = { value, epoch: guard.epoch, order: guard.order };
+      for (let attempt = 1; ; attempt++) {
+        // Only over an older or equal epoch and an earlier or equal position.
+        const result = await checkpoints.updateOne({ _id: name, epoch: { $lte: guard.epoch }, order: { $lte: guard.order } }, { $set: fields });
+        if (result.matchedCount === 1) return 'written';
+        const stored = await checkpoints.findOne({ _id: name });
+        if (stored !== null && typeof stored.epoch === 'number' && typeof stored.order === 'string') {
+          return stored.epoch > guard.epoch ? 'fenced' : 'behind';
+        }
+        if (attempt >= PUT_ATTEMPTS) throw new Error(`checkpoint "${name}" kept changing under a guarded write`);
+        try {
+          // None yet, or one written without a guard (by a rebuild or an earlier version): replaced only as it was read.
+          if (stored === null) await checkpoints.insertOne({ _id: name, ...fields });
+          else if ((await checkpoints.updateOne({ _id: name, value: stored.value }, { $set: fields })).matchedCount === 0) continue;
+          return 'written';
+        } catch (error) {
+          if (!isDuplicateKey(error)) throw error;
+        }
       }
     },
     async ping() {
@@ -71,6 +95,9 @@ const PUT_ATTEMPTS = 5;
 interface CheckpointDoc {
   _id: string;
   value: string;
+  /** Written by a guarded write (advanceCheckpoint): the lease epoch and the position's order. */
+  epoch?: number;
+  order?: string;
 }
 
 type Stored = Readonly<Record<string, unknown>> & ReadDoc;

@@ -76,10 +76,30 @@ export interface ReadCollection<T extends ReadDoc> {
   clear(): Promise<void>;
 }
 
+/**
+ * What a projector writes its checkpoint under: `epoch`, the fencing token of the projector
+ * lease it holds (grows with every acquisition; 0 where there is no lease), and `order`, the
+ * position as a string that compares like it (so the checkpoint never goes backwards).
+ */
+export interface CheckpointGuard {
+  readonly epoch: number;
+  readonly order: string;
+}
+
+/** `written`; `behind`: a checkpoint further on is stored (under this epoch or an older one); `fenced`: a newer epoch wrote it. */
+export type CheckpointWrite = 'written' | 'behind' | 'fenced';
+
 export interface ReadStore {
   collection<T extends ReadDoc>(name: string): ReadCollection<T>;
   getCheckpoint(name: string): Promise<string | null>;
+  /** Writes the checkpoint as it is (a rebuild filling a fresh store). */
   setCheckpoint(name: string, value: string): Promise<void>;
+  /**
+   * Writes the checkpoint only when no newer epoch and no later position is stored: a
+   * projector that lost its lease (and whose write arrives late) can neither move the
+   * checkpoint back nor write over its successor's.
+   */
+  advanceCheckpoint(name: string, value: string, guard: CheckpointGuard): Promise<CheckpointWrite>;
   /** Answers when the store is reachable; throws otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;

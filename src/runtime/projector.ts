@@ -80,8 +80,12 @@ export function startProjectorRole(config: Config, infra: Infrastructure, logger
         return; // aborted: the role is stopping
       }
       try {
-        logger.info({ owner: lease.owner }, 'projector lease acquired');
-        const projector = reportProgress(logger)(await infra.readModels.startProjector(projections, options));
+        const epoch = lease.epoch();
+        if (epoch === null) continue; // lost again already: the finally below gives it up
+        logger.info({ owner: lease.owner, epoch }, 'projector lease acquired');
+        // Fencing: nothing is written once the lease is not certainly held, and the checkpoint carries the epoch.
+        const fencing = { epoch, held: () => lease.isHeld() };
+        const projector = reportProgress(logger)(await infra.readModels.startProjector(projections, { ...options, fencing }));
         active = projector;
         await Promise.race([lease.lost(), projector.done.catch(() => undefined)]);
         active = null;

@@ -119,6 +119,8 @@ interface Entry {
 
 class MemoryCollection implements ReadCollection<Stored> {
   private readonly entries = new Map<string, Entry>();
+  /** Guards of removed documents (not part of a snapshot: embedded mode has one projector, which never replays behind its checkpoint). */
+  private readonly tombstones = new Map<string, string>();
   private readonly equalityIndexes = new Map<string, EqualityIndex>();
   private readonly uniqueIndexes = new Map<string, UniqueIndex>();
   private readonly compoundIndexes: CompoundIndex[] = [];
@@ -176,10 +178,13 @@ class MemoryCollection implements ReadCollection<Stored> {
     assertGuard(guard);
     const previous = this.entries.get(doc.id);
     if (previous !== undefined && compareStrings(previous.guard, guard) >= 0) return false;
+    const tombstone = this.tombstones.get(doc.id);
+    if (tombstone !== undefined && compareStrings(tombstone, guard) >= 0) return false;
     const stored = frozenCopy(doc, 'document') as Stored;
     const uniqueKeys = checkUnique(this.uniqueIndexes.values(), stored);
     if (previous !== undefined) this.unindex(previous.doc, stored);
     this.entries.set(stored.id, { doc: stored, guard });
+    this.tombstones.delete(stored.id);
     this.index(stored, uniqueKeys, previous?.doc);
     return true;
   }
@@ -188,8 +193,14 @@ class MemoryCollection implements ReadCollection<Stored> {
     assertId(id);
     assertGuard(guard);
     const previous = this.entries.get(id);
-    if (previous === undefined || compareStrings(previous.guard, guard) >= 0) return false;
+    if (previous === undefined) {
+      const tombstone = this.tombstones.get(id);
+      if (tombstone === undefined || compareStrings(tombstone, guard) < 0) this.tombstones.set(id, guard);
+      return false;
+    }
+    if (compareStrings(previous.guard, guard) >= 0) return false;
     this.entries.delete(id);
+    this.tombstones.set(id, guard);
     this.unindex(previous.doc);
     return true;
   }
@@ -245,6 +256,7 @@ class MemoryCollection implements ReadCollection<Stored> {
 
   async clear(): Promise<void> {
     this.entries.clear();
+    this.tombstones.clear();
     for (const { index } of this.compoundIndexes) index.clear();
     for (const index of this.equalityIndexes.values()) {
       index.buckets.clear();

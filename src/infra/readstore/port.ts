@@ -63,7 +63,12 @@ export interface ReadCollection<T extends ReadDoc> {
    * guard is lower than `guard` (string comparison). Returns whether it was written.
    */
   put(doc: T, guard: string): Promise<boolean>;
-  /** Deletes the document when its stored guard is lower than `guard`. Returns whether it was deleted. */
+  /**
+   * Deletes the document when its stored guard is lower than `guard`, and leaves a tombstone
+   * with `guard` (none of the reads sees it): a `put` with a guard up to it is refused, so a
+   * projector that replays older events (one that lost its lease) cannot bring the document
+   * back. A tombstone is left for a missing document too. Returns whether a document was deleted.
+   */
   remove(id: string, guard: string): Promise<boolean>;
   /**
    * Bulk-inserts documents, each with its guard, as a rebuild fills a fresh collection.

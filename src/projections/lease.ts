@@ -27,6 +27,8 @@ export interface Lease {
   isHeld(): boolean;
   /** The epoch of the current tenure (null when not held): the fencing token of its writes. */
   epoch(): number | null;
+  /** Until when (ms since the epoch) the current or last tenure was certainly held: nothing is applied after it. */
+  heldUntil(): number;
 }
 
 export interface LeaseOptions {
@@ -108,6 +110,7 @@ export function createRedisLease(redis: Redis, key: string, ttlMs: number, optio
     if (!held) return;
     held = false;
     currentEpoch = null;
+    validUntil = Math.min(validUntil, now());
     if (renewTimer !== undefined) clearInterval(renewTimer);
     if (expiryTimer !== undefined) clearTimeout(expiryTimer);
     renewTimer = undefined;
@@ -145,6 +148,7 @@ export function createRedisLease(redis: Redis, key: string, ttlMs: number, optio
     owner,
     isHeld: () => held && now() < validUntil,
     epoch: () => (held && now() < validUntil ? currentEpoch : null),
+    heldUntil: () => validUntil,
     lost: () => lostPromise,
     async acquire(signal) {
       for (;;) {

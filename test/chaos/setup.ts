@@ -72,7 +72,9 @@ export async function startTopology(mode: Mode): Promise<Running> {
     // their writes and most restarts load one (a damaged or stale one falls back to a replay).
     services.push(serviceProcess('service', await freePort(), serviceEnv(smtp, { DATA_DIR: dataDir, SNAPSHOT_EVERY_EVENTS: String(SNAPSHOT_EVERY_EVENTS) })));
   } else {
-    stack = await startStack();
+    // MongoDB standalone: each process reaches it through its own proxy (a replica set's
+    // client would follow the member list to the server's own port, around the proxy).
+    stack = await startStack({ mongo: 'standalone' });
     for (let i = 1; i <= API_PROCESSES; i++) {
       const name = `api-${i}`;
       const proxies = await proxiesFor(stack);
@@ -116,13 +118,13 @@ function portOf(url: string): number {
   return Number(match[1]);
 }
 
-/**
- * The stack's addresses with the proxies' ports. MongoDB's driver would otherwise follow the
- * replica set's own member list to the server's real port: a direct connection keeps it on the proxy.
- */
+/** The stack's addresses with the proxies' ports. */
 function throughProxies(stack: Stack, proxies: Readonly<Record<LinkName, TcpProxy>>): Record<string, string> {
-  const mongo = proxies.mongodb.url(stack.env.MONGODB_URI).replace(/replicaSet=[^&]*/, 'directConnection=true');
-  return { REDIS_URL: proxies.redis.url(stack.env.REDIS_URL), MONGODB_URI: mongo, EVENTSTORE_URL: proxies.eventstore.url(stack.env.EVENTSTORE_URL) };
+  return {
+    REDIS_URL: proxies.redis.url(stack.env.REDIS_URL),
+    MONGODB_URI: proxies.mongodb.url(stack.env.MONGODB_URI),
+    EVENTSTORE_URL: proxies.eventstore.url(stack.env.EVENTSTORE_URL),
+  };
 }
 
 /** The admin, who reads everything and asks for rebuilds. */

@@ -16,11 +16,17 @@ const PACKAGE = '@jongodb/memory-server-bin-linux-x64-gnu';
 const START_TIMEOUT_MS = 15_000;
 const STOP_TIMEOUT_MS = 5_000;
 
-export async function startJongodb(): Promise<Jongodb> {
+/**
+ * `standalone`: no replica set, for clients that must stay on the address they were given
+ * (a proxy in front of it): a replica set's client follows the member list to the server's own port.
+ */
+export async function startJongodb(topology: 'replica-set' | 'standalone' = 'replica-set'): Promise<Jongodb> {
   const binary = locateBinary();
   const child = spawn(
     binary,
-    ['--host=127.0.0.1', '--port=0', '--topology-profile=singleNodeReplicaSet', '--replica-set-name=rs0'],
+    topology === 'replica-set'
+      ? ['--host=127.0.0.1', '--port=0', '--topology-profile=singleNodeReplicaSet', '--replica-set-name=rs0']
+      : ['--host=127.0.0.1', '--port=0', '--topology-profile=standalone'],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   // Should the test process end without stop(), do not leave the server behind.

@@ -82,7 +82,7 @@ export function startProjectorRole(config: Config, infra: Infrastructure, logger
       try {
         const epoch = lease.epoch();
         if (epoch === null) continue; // lost again already: the finally below gives it up
-        logger.info({ owner: lease.owner, epoch }, 'projector lease acquired');
+        logger.warn({ owner: lease.owner, epoch }, 'projector lease acquired');
         void lease.lost().then(() => logger.warn({ owner: lease.owner, epoch, heldUntil: lease.heldUntil() }, 'projector lease lost; applying stopped'));
         // Fencing: nothing is written once the lease is not certainly held, and the checkpoint carries the epoch.
         const fencing = { epoch, held: () => lease.isHeld() };

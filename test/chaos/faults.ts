@@ -16,9 +16,9 @@ import type { TcpProxy } from '../support/tcp-proxy';
  * recovery: it is not killed.
  *
  * The first faults of a run are one of each kind, in a seeded order and with short
- * durations, so that a 30 s run (CI) strikes every kind; the rest are drawn at random.
- * A killed process is restarted in the background: the next fault may strike elsewhere
- * meanwhile, and a fault on the same process waits for it.
+ * durations, so that a 30 s run (CI) strikes every kind: during that round a killed process
+ * restarts in the background (the next fault may strike elsewhere meanwhile; one on the same
+ * process waits for it). The rest are drawn at random, each after the previous one recovered.
  */
 
 export type FaultKind =
@@ -40,6 +40,8 @@ export interface PlannedFault {
   readonly kind: FaultKind;
   /** How long what it takes away stays away. */
   readonly downMs: number;
+  /** One of the first round (one of each kind): the schedule goes on while a killed process restarts. */
+  readonly first: boolean;
 }
 
 export interface Topology {
@@ -89,7 +91,7 @@ export function planFaults(mode: 'embedded' | 'distributed', rng: () => number, 
     const short = first.length > 0;
     const kind = first.shift() ?? kinds[Math.floor(rng() * kinds.length)] ?? 'kill-service';
     const downMs = downtime(kind, rng, short);
-    plan.push({ at, kind, downMs });
+    plan.push({ at, kind, downMs, first: short });
     at += short ? downMs + 500 + rng() * 1000 : downMs + 2500 + rng() * 4000;
   }
   return plan;
@@ -107,7 +109,8 @@ async function restartRedis(redis: PrivateRedis, fault: Fault, downMs: number): 
 /** Restarts in progress, by process: a later fault on the same process waits for its restart. */
 const restarts = new Map<ServiceProcess, Promise<void>>();
 
-async function killAndRestart(service: ServiceProcess, fault: Fault, downMs: number): Promise<void> {
+/** Kills the process; resolves once it is killed, and `restarted` once it serves again. */
+async function killAndRestart(service: ServiceProcess, fault: Fault, downMs: number): Promise<{ restarted: Promise<void> }> {
   await service.kill();
   const restart = (async () => {
     await sleep(downMs);
@@ -118,6 +121,7 @@ async function killAndRestart(service: ServiceProcess, fault: Fault, downMs: num
   void restart.catch(() => undefined).finally(() => {
     if (restarts.get(service) === restart) restarts.delete(service);
   });
+  return { restarted: restart };
 }
 
 /** Until the process is not being restarted by an earlier fault. */
@@ -131,7 +135,8 @@ export async function strike(planned: PlannedFault, topology: Topology, history:
   const onService = async (service: ServiceProcess | undefined, kind: string): Promise<void> => {
     if (service === undefined) return;
     await settled(service);
-    await killAndRestart(service, history.fault(kind, service.name), planned.downMs);
+    const { restarted } = await killAndRestart(service, history.fault(kind, service.name), planned.downMs);
+    if (!planned.first) await restarted;
   };
   switch (planned.kind) {
     case 'kill-service':

@@ -2,24 +2,29 @@ import { createServer, createConnection, type Server, type Socket } from 'node:n
 import type { AddressInfo } from 'node:net';
 
 /**
- * A TCP proxy in front of one server (Redis, MongoDB, the EventStoreDB stand-in) for one
- * client process, to cut that process off while the others carry on:
+ * A TCP proxy on 127.0.0.1 in front of a server (Redis, MongoDB, the EventStoreDB stand-in),
+ * for outages of one client process while the server keeps its data:
+ * - `cut()`: every connection dropped and new ones refused (the port is closed);
+ *   `resume()` listens on the same port again;
  * - `blackhole()`: traffic stops in both directions, silently, and connections stay open, as
  *   when a network path drops packets: nothing is refused, nothing is answered (both sockets
  *   stop being read, so what is sent piles up in the kernel's buffers, as TCP would keep
- *   retransmitting it). New connections are accepted and hang the same way.
- * - `delay(ms)`: every chunk is passed on `ms` later, in order.
- * - `heal()`: traffic flows again, what was held is delivered (TCP's retransmissions getting
- *   through); `heal({ reset: true })` instead closes every connection (TCP gave up).
+ *   retransmitting it). New connections are accepted and hang the same way;
+ * - `delay(ms)`: every chunk is passed on `ms` later, in order;
+ * - `heal()`: traffic flows again and what was held is delivered (TCP's retransmissions
+ *   getting through); `heal({ reset: true })` instead closes every connection (TCP gave up).
  */
 export interface TcpProxy {
   readonly port: number;
   /** The upstream URL with the proxy's port instead. */
   readonly url: (upstreamUrl: string) => string;
+  cut(): Promise<void>;
+  resume(): Promise<void>;
   blackhole(): void;
   delay(ms: number): void;
   heal(options?: { readonly reset?: boolean }): void;
   readonly mode: () => 'pass' | 'blackhole' | 'delay';
+  stop(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -50,7 +55,7 @@ export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.
     from.on('end', () => to.end());
   };
 
-  const server: Server = createServer((client) => {
+  const onConnection = (client: Socket): void => {
     const upstream = createConnection({ port: upstreamPort, host: upstreamHost });
     const link: Link = { client, upstream };
     links.add(link);
@@ -69,9 +74,20 @@ export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.
       client.pause();
       upstream.pause();
     }
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
+  };
+
+  const listen = (server: Server, port: number): Promise<number> =>
+    new Promise((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve((server.address() as AddressInfo).port);
+      });
+    });
+  const closeServer = (server: Server): Promise<void> => new Promise((resolve) => server.close(() => resolve()));
+
+  let server: Server | null = createServer(onConnection);
+  const port = await listen(server, 0);
 
   const forEachSocket = (act: (socket: Socket) => void): void => {
     for (const link of links) {
@@ -79,11 +95,25 @@ export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.
       act(link.upstream);
     }
   };
+  const cut = async (): Promise<void> => {
+    const closing = server === null ? Promise.resolve() : closeServer(server);
+    server = null;
+    forEachSocket((socket) => socket.destroy());
+    links.clear();
+    await closing;
+  };
 
   return {
     port,
     url: (upstreamUrl) => upstreamUrl.replace(`:${upstreamPort}`, `:${port}`),
     mode: () => mode,
+    cut,
+    async resume() {
+      if (server !== null) return;
+      const next = createServer(onConnection);
+      await listen(next, port);
+      server = next;
+    },
     blackhole() {
       mode = 'blackhole';
       forEachSocket((socket) => socket.pause());
@@ -104,10 +134,7 @@ export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.
         forEachSocket((socket) => socket.resume());
       }
     },
-    async close() {
-      forEachSocket((socket) => socket.destroy());
-      links.clear();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
+    stop: cut,
+    close: cut,
   };
 }

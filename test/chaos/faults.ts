@@ -92,7 +92,7 @@ export function planFaults(mode: 'embedded' | 'distributed', rng: () => number, 
     const kind = first.shift() ?? kinds[Math.floor(rng() * kinds.length)] ?? 'kill-service';
     const downMs = downtime(kind, rng, short);
     plan.push({ at, kind, downMs, first: short });
-    at += short ? downMs + 500 + rng() * 1000 : downMs + 2500 + rng() * 4000;
+    at += short ? downMs + 300 + rng() * 700 : downMs + 2500 + rng() * 4000;
   }
   return plan;
 }
@@ -140,11 +140,15 @@ export async function strike(planned: PlannedFault, topology: Topology, history:
   };
   switch (planned.kind) {
     case 'kill-service':
-    case 'kill-api':
-      return onService(services[Math.floor(rng() * services.length)], planned.kind);
+    case 'kill-api': {
+      // In the first round, a process that is not restarting (the round must not wait for one).
+      const free = planned.first ? services.filter((s) => !restarts.has(s)) : [];
+      const from = free.length > 0 ? free : services;
+      return onService(from[Math.floor(rng() * from.length)], planned.kind);
+    }
     case 'kill-lease-holder':
-      for (const service of services) await settled(service);
-      return onService(services.find((s) => s.holdsLease()) ?? services[0], planned.kind);
+      if (!planned.first) for (const service of services) await settled(service);
+      return onService(services.find((s) => s.holdsLease() && !restarts.has(s)) ?? services.find((s) => !restarts.has(s)) ?? services[0], planned.kind);
     case 'kill-hub-holder':
       return onService(topology.hubHolder ?? services[services.length - 1], planned.kind);
     case 'kill-redis':

@@ -62,7 +62,7 @@ const KINDS: Readonly<Record<'embedded' | 'distributed', readonly FaultKind[]>> 
 function downtime(kind: FaultKind, rng: () => number, short: boolean): number {
   switch (kind) {
     case 'pause-redis':
-      return 500 + rng() * (short ? 1500 : 2500);
+      return short ? 500 + rng() * 1000 : 500 + rng() * 2500;
     case 'partition':
       // Long ones outlast the projector lease (3 s in the runs) and the tunnel's liveness key (12 s).
       return short ? 1500 + rng() * 1500 : 1000 + rng() * 19_000;
@@ -72,7 +72,7 @@ function downtime(kind: FaultKind, rng: () => number, short: boolean): number {
       // Long ones outlast the 30 s within which the hubs of a dead process must read as gone.
       return short ? 1000 + rng() * 1000 : 5000 + rng() * 35_000;
     default:
-      return rng() * 1500;
+      return rng() * (short ? 500 : 1500);
   }
 }
 
@@ -86,7 +86,7 @@ export function planFaults(mode: 'embedded' | 'distributed', rng: () => number, 
     [first[i], first[j]] = [first[j] as FaultKind, first[i] as FaultKind];
   }
   // The first strikes once the workload is running, the last leaves it time to recover.
-  let at = 1000 + rng() * 2000;
+  let at = 1000 + rng() * 1000;
   while (at < durationMs - 2000) {
     const short = first.length > 0;
     const kind = first.shift() ?? kinds[Math.floor(rng() * kinds.length)] ?? 'kill-service';

@@ -38,21 +38,35 @@ export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.
   let delayMs = 0;
   const links = new Set<Link>();
 
-  /** Passes `from`'s data on to `to`, held back while blackholed, later while delayed. */
+  /**
+   * Passes `from`'s data on to `to`, held back while blackholed, later while delayed. Delayed
+   * chunks wait in one queue per direction, drained by one timer, so they keep their order
+   * (timers of different durations due at the same moment may fire in any order).
+   */
   const pipe = (from: Socket, to: Socket): void => {
-    let tail = 0;
+    const queue: Array<{ readonly due: number; readonly chunk: Buffer }> = [];
+    let timer: NodeJS.Timeout | undefined;
+    const drain = (): void => {
+      timer = undefined;
+      while (queue.length > 0 && (queue[0]?.due ?? 0) <= Date.now()) {
+        const next = queue.shift();
+        if (next !== undefined && !to.destroyed) to.write(next.chunk);
+      }
+      const head = queue[0];
+      if (head !== undefined) timer = setTimeout(drain, Math.max(0, head.due - Date.now()));
+    };
     from.on('data', (chunk: Buffer) => {
-      if (mode === 'delay' && delayMs > 0) {
-        const due = Math.max(tail, Date.now() + delayMs);
-        tail = due;
-        setTimeout(() => {
-          if (!to.destroyed) to.write(chunk);
-        }, due - Date.now());
+      if ((mode === 'delay' && delayMs > 0) || queue.length > 0) {
+        queue.push({ due: Date.now() + (mode === 'delay' ? delayMs : 0), chunk });
+        if (timer === undefined) timer = setTimeout(drain, Math.max(0, (queue[0]?.due ?? 0) - Date.now()));
       } else if (!to.destroyed) {
         to.write(chunk);
       }
     });
-    from.on('end', () => to.end());
+    from.on('end', () => {
+      if (queue.length === 0) to.end();
+      else setTimeout(() => to.end(), Math.max(0, (queue[queue.length - 1]?.due ?? 0) - Date.now() + 1));
+    });
   };
 
   const onConnection = (client: Socket): void => {

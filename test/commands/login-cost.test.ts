@@ -52,6 +52,7 @@ function countingReadStore(inner: ReadStore, work: { current: Work }): ReadStore
     },
     getCheckpoint: (name) => inner.getCheckpoint(name),
     setCheckpoint: (name, value) => inner.setCheckpoint(name, value),
+    advanceCheckpoint: (name, value, guard) => inner.advanceCheckpoint(name, value, guard),
     ping: () => inner.ping(),
     close: () => inner.close(),
   };

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { EmbeddedConfig, Secrets } from './config';
@@ -9,11 +9,19 @@ const storedSecrets = z.object({
   jwtRefreshSecret: z.string().min(32),
   jwtDeviceSecret: z.string().min(32),
   internalApiKeys: z.array(z.string().min(1)).min(1),
+  // Added later: a secrets file of an earlier version gets one at its next start.
+  dataKeyEncryptionKey: z.string().min(32).optional(),
 });
 
 function generate(): Secrets {
   const secret = (): string => randomBytes(48).toString('base64url');
-  return { jwtAccessSecret: secret(), jwtRefreshSecret: secret(), jwtDeviceSecret: secret(), internalApiKeys: [secret()] };
+  return {
+    jwtAccessSecret: secret(),
+    jwtRefreshSecret: secret(),
+    jwtDeviceSecret: secret(),
+    internalApiKeys: [secret()],
+    dataKeyEncryptionKey: secret(),
+  };
 }
 
 /**
@@ -29,6 +37,12 @@ export function resolveEmbeddedSecrets(config: EmbeddedConfig): { secrets: Secre
     const parsed = storedSecrets.safeParse(JSON.parse(readFileSync(file, 'utf8')));
     if (!parsed.success) throw new Error(`${file} is not a valid secrets file; remove it to generate new secrets`);
     stored = parsed.data;
+    if (stored.dataKeyEncryptionKey === undefined) {
+      stored = { ...stored, dataKeyEncryptionKey: randomBytes(48).toString('base64url') };
+      const temporary = `${file}.tmp`;
+      writeFileSync(temporary, JSON.stringify(stored, null, 2), { mode: 0o600 });
+      renameSync(temporary, file);
+    }
   } else {
     stored = generate();
     writeFileSync(file, JSON.stringify(stored, null, 2), { mode: 0o600, flag: 'wx' });

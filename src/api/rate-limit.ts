@@ -64,7 +64,9 @@ export function accountingFor(req: Request, res: Response, deps: Pick<RateLimitD
   const authTier = req.method === 'POST' ? PER_IP_AUTH[path] : undefined;
   if (authTier !== undefined) return { tier: authTier, key: ip };
 
-  if (req.method === 'POST' && path === '/api/v1/auth/sync-customer') {
+  // Erasure by the person counts as authentication (a password is checked), per IP (decisions §11).
+  if (req.method === 'DELETE' && path === '/api/v1/users/me') return { tier: 'auth', key: ip };
+  if (req.method === 'POST' && (path === '/api/v1/auth/sync-customer' || path === '/api/v1/auth/erase-customer')) {
     const keyId = deps.matchApiKey(req.get('X-Internal-Api-Key'));
     return keyId === null ? { tier: 'auth', key: ip } : { tier: 'sync', key: `key:${keyId}` };
   }
@@ -82,6 +84,9 @@ export function accountingFor(req: Request, res: Response, deps: Pick<RateLimitD
     return { tier: 'general', key: ip };
   }
   const userId = accessUser(req, res, deps.tokens);
+  if (req.method === 'GET' && path === '/api/v1/users/me/export' && userId !== null) {
+    return { tier: 'export', key: `user:${userId}` };
+  }
   if (req.method === 'POST' && path === '/api/v1/devices/register' && userId !== null) {
     return { tier: 'register', key: `user:${userId}` };
   }

@@ -102,6 +102,19 @@ export function createAccessRevocations(now: () => number = Date.now): AccessRev
           if (cutoff !== undefined) cutoff.inactive = false;
           return;
         }
+        case 'UserErased': {
+          // Every token the user ever had was issued before the erasure (none can be issued after it).
+          forgetExpired();
+          const atMs = Date.parse(event.data.erasedAt);
+          cutoffs.set(event.data.userId, {
+            inactive: false,
+            second: Math.floor(atMs / 1000) + 1,
+            forgetAfterMs: atMs + ACCESS_TOKEN_TTL_SECONDS * 1000 + FORGET_MARGIN_MS,
+            families: new Set(),
+          });
+          for (const listener of listeners) listener(event.data.userId);
+          return;
+        }
         case 'RefreshRevoked':
           if (event.data.reason === 'deactivated') cutoffs.get(event.data.userId)?.families.add(event.data.familyId);
           return;

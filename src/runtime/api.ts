@@ -14,6 +14,10 @@ import { createAuthCommands } from '../commands/auth';
 import { createDeviceCommands } from '../commands/devices';
 import { createSessionCommands } from '../commands/sessions';
 import { createUserCommands } from '../commands/users';
+import { createErasureCommands } from '../commands/erasure';
+import { createAccountCommands } from '../commands/account';
+import { keyedEmailReservationStream } from '../privacy/reservation-names';
+import { withKeyedCounters } from '../privacy/counter-keys';
 import type { DeviceState } from '../domain/device';
 import { createLogMailer, createSmtpMailer } from '../infra/mail/mailer';
 import { allProjections } from '../projections';
@@ -47,16 +51,28 @@ export interface ApiRoleDeps {
   /** Device states folded once per process, shared with the expiry jobs. */
   readonly deviceStates: StateCache<DeviceState>;
   readonly readiness: () => Promise<ReadinessReport>;
+  /** After an erasure (embedded: a new start snapshot replaces the one that held the person's documents). */
+  readonly afterErasure?: () => Promise<void>;
 }
 
 /** The use cases behind the routes, with the tokens that check deactivations (decisions §3). */
-async function startUseCases({ config, infra, logger, metrics, clock, deviceStates }: Omit<ApiRoleDeps, 'readiness'>) {
+async function startUseCases({ config, infra, logger, metrics, clock, deviceStates, afterErasure }: Omit<ApiRoleDeps, 'readiness'>) {
   const settle = { watermark: infra.watermark, clock, readYourWritesTimeoutMs: config.readYourWritesTimeoutMs };
   const sessions = createSessionCommands({ eventStore: infra.eventStore, readStore: infra.readStore, ...settle });
   const users = createUserCommands({
     eventStore: infra.eventStore,
     ...settle,
     revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
+    emailReservationStream: keyedEmailReservationStream(infra.privacyKeys.emailHashKey),
+  });
+  const erasure = createErasureCommands({
+    eventStore: infra.eventStore,
+    readStore: infra.readStore,
+    ...settle,
+    keyring: infra.keyring,
+    releaseEmail: (email, userId, ctx) => users.releaseEmail(email, userId, ctx),
+    revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
+    ...(afterErasure !== undefined ? { afterErasure } : {}),
   });
   const restored = infra.snapshot?.restored?.revocations ?? undefined;
   const revocations = await startAccessRevocationFeed({
@@ -92,16 +108,18 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     adminEmails: config.adminEmails,
     appOrigin: config.appOrigin,
   });
-  return { sessions, users, revocations, tokens, devices, mailer, auth };
+  const account = createAccountCommands({ eventStore: infra.eventStore, readStore: infra.readStore, credentials: infra.credentials, hasher, erasure, clock });
+  return { sessions, users, revocations, tokens, devices, mailer, auth, erasure, account };
 }
 
 export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
   const { config, infra, logger, metrics, clock, readiness } = deps;
-  const { users, revocations, tokens, devices, mailer, auth } = await startUseCases(deps);
+  const { users, revocations, tokens, devices, mailer, auth, erasure, account } = await startUseCases(deps);
   const limiter =
     infra.redis === null
       ? createMemoryRateLimiter(config.rateLimits)
-      : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics));
+      : // Counters kept by client IP are named by a keyed hash: Redis holds no address.
+        withKeyedCounters(createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics)), infra.privacyKeys.counterKey);
 
   const server = createServer(
     createApp({
@@ -121,6 +139,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
       devices: { tokens, readStore: infra.readStore, devices },
       audit: { tokens, readStore: infra.readStore, eventStore: infra.eventStore, clock },
       admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
+      privacy: { tokens, internalApiKeys: infra.secrets.internalApiKeys, erasure, account },
     }),
   );
   const tunnel = await createTunnel(server, {

@@ -8,6 +8,8 @@ import { TIERS } from '../../src/ratelimit/limiter';
 import { createAccount, login, type LoginBody } from '../support/accounts';
 import { api, CRM_KEY, MODES, startTestService, type Mode, type TestService } from '../support/harness';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
+import { connect, refusal } from '../support/tunnel';
+import type { TunnelError } from '../../src/tunnel/events';
 
 /**
  * Erasure (decisions §11), proven by scanning bytes: a person's e-mail, names, CRM fields,
@@ -140,7 +142,12 @@ describe.each<Mode>(MODES)('erasure by crypto-shredding (%s mode)', (mode) => {
       body: { message: 'Invalid email or password' },
     });
     expect((await api(service, 'DELETE', '/users/me', { token: session.accessToken, body: {} })).status).toBe(400);
+    const live = await connect(service, session.accessToken);
     expect(await api(service, 'DELETE', '/users/me', { token: session.accessToken, body: { password: account.password } })).toMatchObject({ status: 200, body: { success: true } });
+    // Their live socket is told and closed; a new handshake with the token is refused.
+    expect((await live.next<TunnelError>('tunnel:error', (e) => e.code === 'ACCESS_REVOKED')).code).toBe('ACCESS_REVOKED');
+    await live.next('disconnect');
+    expect((await refusal(service, { token: session.accessToken })).message).toBe('unauthorized');
     expect(await api(service, 'GET', '/users/me', { token: session.accessToken })).toMatchObject({ status: 401, body: { message: 'Token has been revoked' } });
     expect((await api(service, 'POST', '/auth/login', { body: { email: account.email, password: account.password } })).status).toBe(401);
   }, 60_000);

@@ -145,7 +145,7 @@ export async function compactSegment(
 ): Promise<CompactedSegment | null> {
   const header = { base: segment.base, generation: segment.generation + 1 };
   const temporary = `${segment.file}${COMPACTION_SUFFIX}`;
-  const handle = await fs.open(temporary, 'w');
+  const handle = await fs.open(temporary, 'w', 0o600);
   let filtered: Filtered;
   try {
     filtered = await filterRecords(segment, rules, new ChunkedFileWriter(handle));

@@ -70,7 +70,7 @@ function warnTornTail(directory: string): (tail: TornTail) => void {
 
 export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedEventStoreOptions = {}): Promise<EmbeddedEventStore> {
   const directory = path.resolve(dataDir);
-  await fs.mkdir(directory, { recursive: true });
+  await fs.mkdir(directory, { recursive: true, mode: 0o700 });
   const releaseLock = await acquireLock(directory);
   try {
     const resolved = resolveOptions(options);

@@ -50,7 +50,7 @@ const OPEN_CONCURRENCY = 8;
 
 /** Creates a segment file with its header, durably (the directory entry included). */
 export async function createSegmentFile(directory: string, header: SegmentHeader): Promise<fs.FileHandle> {
-  const handle = await fs.open(path.join(directory, segmentFileName(header.base)), 'wx+');
+  const handle = await fs.open(path.join(directory, segmentFileName(header.base)), 'wx+', 0o600);
   try {
     await writeFully(handle, encodeSegmentHeader(header), 0);
     await handle.datasync();

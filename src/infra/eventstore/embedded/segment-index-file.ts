@@ -79,7 +79,7 @@ function encodeIndex(segment: IndexedSegment, table: SegmentTable, withOffsets: 
 export async function writeSegmentIndex(segmentFile: string, segment: IndexedSegment, table: SegmentTable, withOffsets: boolean): Promise<void> {
   const file = indexFileOf(segmentFile);
   const temporary = `${file}.tmp`;
-  await fs.writeFile(temporary, encodeIndex(segment, table, withOffsets));
+  await fs.writeFile(temporary, encodeIndex(segment, table, withOffsets), { mode: 0o600 });
   await fs.rename(temporary, file);
 }
 

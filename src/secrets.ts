@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { EmbeddedConfig, Secrets } from './config';
@@ -41,6 +41,7 @@ export function resolveEmbeddedSecrets(config: EmbeddedConfig): { secrets: Secre
       stored = { ...stored, dataKeyEncryptionKey: randomBytes(48).toString('base64url') };
       const temporary = `${file}.tmp`;
       writeFileSync(temporary, JSON.stringify(stored, null, 2), { mode: 0o600 });
+      chmodSync(temporary, 0o600);
       renameSync(temporary, file);
     }
   } else {

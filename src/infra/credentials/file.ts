@@ -157,6 +157,7 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
     const temporary = `${file}.tmp`;
     const out = await fs.open(temporary, 'w', 0o600);
     try {
+      await out.chmod(0o600);
       await out.writeFile(bytes);
       await out.sync();
     } finally {

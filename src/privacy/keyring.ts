@@ -44,6 +44,8 @@ export function subjectOfKeyId(keyId: string): string {
 /** How long an opened key is kept in memory; a key destroyed by another process is gone here after that at the latest. */
 const CACHE_MS = 30_000;
 const MAX_CACHED = 50_000;
+/** How often a box naming a key this process does not have makes it ask the store again. */
+const RECHECK_MS = 1000;
 
 export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, now: () => number = Date.now): Keyring {
   // Per subject: its current key, or null when it has none (destroyed or never made).
@@ -92,7 +94,17 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
       return pending;
     },
     async keyById(keyId) {
-      const key = await load(subjectOfKeyId(keyId));
+      const subject = subjectOfKeyId(keyId);
+      let key = await load(subject);
+      if (key === null || key.keyId !== keyId) {
+        // Another process may have made this key since this one looked (a device registered
+        // again after an erasure): look once more, at most once a second per subject.
+        const cached = cache.get(subject);
+        if (cached === undefined || now() - cached.at >= RECHECK_MS) {
+          cache.delete(subject);
+          key = await load(subject);
+        }
+      }
       return key !== null && key.keyId === keyId ? key.key : null;
     },
     async destroy(subjects, userId) {

@@ -121,3 +121,27 @@ describe('personal fields sealed in the log (crypto-shredding)', () => {
     await expect(wrongKek.keyFor(userSubject(USER))).rejects.toThrow(/DATA_KEY_ENCRYPTION_KEY/);
   });
 });
+
+describe('keys made by another process', () => {
+  test('a box sealed by another process with a key made after this one looked opens here', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hhc-privacy-'));
+    const raw = await openEmbeddedEventStore(dir);
+    const credentials = await openFileCredentialStore(dir);
+    let clock = 0;
+    const kek = derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey;
+    const hereKeyring = createKeyring(credentials, kek, () => clock);
+    const here = createPrivateEventStore(raw, { keyring: hereKeyring });
+    const there = createPrivateEventStore(raw, { keyring: createKeyring(credentials, kek, () => clock) });
+    try {
+      // Here the device had no key (erased); there, a new registration makes one and seals with it.
+      expect(await openEventData(hereKeyring, 'DeviceUpdated', { uuid: DEVICE, changes: {}, $pii: { k: `device:${DEVICE}#00`, f: ['changes.name'], c: 'AAAA' } })).toMatchObject({ changes: { name: ERASED } });
+      await there.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { name: 'Fresh' }, source: 'user', updatedAt: meta.occurredAt })], 'any');
+      clock += 1500;
+      expect(((await readAll(here, `device-${DEVICE}`))[0]?.data as { changes: { name: string } }).changes.name).toBe('Fresh');
+    } finally {
+      await raw.close();
+      await credentials.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

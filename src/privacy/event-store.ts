@@ -1,4 +1,4 @@
-import { stampVersion, upcast } from '../events/schema-versions';
+import { VERSION_FIELD, currentVersion, stampVersion, upcast } from '../events/schema-versions';
 import type {
   AppendResult,
   EventStore,
@@ -86,6 +86,31 @@ export async function openEventData(keyring: Keyring, type: string, data: unknow
   return upcast(type, opened);
 }
 
+/** Whether reading this stored event involves more than handing it on (the hot path, heartbeats, does not). */
+function needsOpening(event: RecordedEvent): boolean {
+  if (event.type === 'UserErased') return true;
+  const data = event.data;
+  return isRecord(data) && (SEALED_FIELD in data || VERSION_FIELD in data || currentVersion(event.type) > 1);
+}
+
+/** Whether appending this event involves more than handing it on. */
+function needsSealing(event: NewEvent): boolean {
+  return PERSONAL_FIELDS[event.type] !== undefined || currentVersion(event.type) > 1;
+}
+
+/** `source` with `map` applied to each item; items that `skip` says need nothing go through without an extra await. */
+function mapIterable<T>(source: AsyncIterable<T>, needs: (item: T) => boolean, map: (item: T) => Promise<T>): AsyncIterable<T> {
+  return {
+    [Symbol.asyncIterator](): AsyncIterator<T> {
+      const it = source[Symbol.asyncIterator]();
+      return {
+        next: () => it.next().then((result) => (result.done === true || !needs(result.value) ? result : map(result.value).then((value) => ({ done: false, value })))),
+        return: (value?: unknown) => (it.return !== undefined ? it.return(value) : Promise.resolve({ done: true as const, value: undefined as unknown as T })),
+      };
+    },
+  };
+}
+
 export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateEventStoreOptions): EventStore {
   const openRecorded = async (event: RecordedEvent): Promise<RecordedEvent> => {
     if (event.type === 'UserErased' && isRecord(event.data)) forgetErased(keyring, event.data);
@@ -95,6 +120,7 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
 
   return {
     async append(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+      if (!events.some(needsSealing)) return inner.append(streamName, events, expected);
       const sealed = await Promise.all(
         events.map(async (e): Promise<NewEvent> => {
           const data = await sealEventData(keyring, e.type, streamName, e.data);
@@ -104,23 +130,16 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
       return inner.append(streamName, sealed, expected);
     },
     readStream(streamName: string, options?: ReadStreamOptions): AsyncIterable<RecordedEvent> {
-      const source = inner.readStream(streamName, options);
-      return {
-        async *[Symbol.asyncIterator]() {
-          for await (const event of source) yield await openRecorded(event);
-        },
-      };
+      return mapIterable(inner.readStream(streamName, options), needsOpening, openRecorded);
     },
     subscribe(options?: SubscribeOptions): Subscription {
       const subscription = inner.subscribe(options);
-      return {
-        close: () => subscription.close(),
-        async *[Symbol.asyncIterator](): AsyncIterator<SubscriptionItem> {
-          for await (const item of subscription) {
-            yield item.kind === 'event' ? { kind: 'event', event: await openRecorded(item.event) } : item;
-          }
-        },
-      };
+      const items = mapIterable<SubscriptionItem>(
+        subscription,
+        (item) => item.kind === 'event' && needsOpening(item.event),
+        async (item) => (item.kind === 'event' ? { kind: 'event', event: await openRecorded(item.event) } : item),
+      );
+      return { close: () => subscription.close(), [Symbol.asyncIterator]: () => items[Symbol.asyncIterator]() };
     },
     setStreamMaxAge: (streamName: string, maxAgeSeconds: number) => inner.setStreamMaxAge(streamName, maxAgeSeconds),
     headPosition: (): Promise<GlobalPosition | null> => inner.headPosition(),

@@ -71,12 +71,17 @@ function warnTornTail(directory: string): (tail: TornTail) => void {
 export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedEventStoreOptions = {}): Promise<EmbeddedEventStore> {
   const directory = path.resolve(dataDir);
   await fs.mkdir(directory, { recursive: true, mode: 0o700 });
-  const releaseLock = await acquireLock(directory);
+  const resolved = resolveOptions(options);
+  let opened: EmbeddedEventStore | null = null;
+  const releaseLock = await acquireLock(directory, (error) => {
+    resolved.log(error.message);
+    opened?.stopWritingAfterLockLost(error);
+  });
   try {
-    const resolved = resolveOptions(options);
     const pool = new HandlePool();
     const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes });
-    return new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
+    opened = new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
+    return opened;
   } catch (error) {
     await releaseLock();
     throw error;

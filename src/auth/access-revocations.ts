@@ -45,6 +45,7 @@ export interface AccessRevocations {
 function revokes(event: RecordedEvent): boolean {
   switch (event.type) {
     case 'UserDeactivated':
+    case 'UserErased':
       return true;
     case 'PasswordChanged':
       return (event.data as { reason?: unknown }).reason === 'reset';

@@ -33,7 +33,7 @@ export interface AccessRevocationDoc {
   /** The latest deactivation or password reset (ISO 8601), or null. */
   readonly cutAt: string | null;
   /** What made the cut. */
-  readonly cutBy: 'deactivation' | 'reset' | null;
+  readonly cutBy: 'deactivation' | 'reset' | 'erasure' | null;
   /** The latest deactivation: a token without a family (never issued by login or refresh) is judged by it alone. */
   readonly deactivatedAt: string | null;
   /** Families opened after `cutAt` in log order (while the cut matters): only their tokens pass. */
@@ -59,9 +59,10 @@ const empty = (id: string): Omit<AccessRevocationDoc, 'relevantUntil'> => ({ id,
 const current = (families: AccessRevocationDoc['revokedFamilies'], now: string): AccessRevocationDoc['revokedFamilies'] =>
   families.filter((f) => Date.parse(f.at) + ACCESS_TOKEN_LIFETIME_MS + FORGET_MARGIN_MS >= Date.parse(now));
 
-function cut(doc: AccessRevocationDoc | null, id: string, at: string, by: 'deactivation' | 'reset'): AccessRevocationDoc {
+function cut(doc: AccessRevocationDoc | null, id: string, at: string, by: 'deactivation' | 'reset' | 'erasure'): AccessRevocationDoc {
   const base = doc ?? empty(id);
-  const inactive = by === 'deactivation' || base.inactive;
+  // An erased user never comes back (a later sync makes a new user): every token stays refused.
+  const inactive = by === 'deactivation' || by === 'erasure' || base.inactive;
   const deactivatedAt = by === 'deactivation' ? at : base.deactivatedAt;
   return withRelevance({ ...base, inactive, cutAt: at, cutBy: by, deactivatedAt, openedAfterCut: [], revokedFamilies: current(base.revokedFamilies, at) });
 }
@@ -73,8 +74,10 @@ export function evolveAccessRevocationDoc(doc: AccessRevocationDoc | null, recor
   switch (event.type) {
     case 'UserDeactivated':
       return cut(doc, id, event.data.deactivatedAt, 'deactivation');
+    case 'UserErased':
+      return cut(doc, id, event.data.erasedAt, 'erasure');
     case 'UserReactivated':
-      return doc === null || !doc.inactive ? doc : withRelevance({ ...doc, inactive: false });
+      return doc === null || !doc.inactive || doc.cutBy === 'erasure' ? doc : withRelevance({ ...doc, inactive: false });
     case 'PasswordChanged':
       return event.data.reason === 'reset' ? cut(doc, id, event.data.changedAt, 'reset') : doc;
     case 'RefreshIssued': {
@@ -102,7 +105,7 @@ export function accessRevocationIds(recorded: RecordedEvent): readonly string[] 
   if (stream === null) return [];
   if (stream.category === 'user') {
     const t = recorded.type;
-    return t === 'UserDeactivated' || t === 'UserReactivated' || t === 'PasswordChanged' ? [stream.id] : [];
+    return t === 'UserDeactivated' || t === 'UserReactivated' || t === 'PasswordChanged' || t === 'UserErased' ? [stream.id] : [];
   }
   if (stream.category !== 'session') return [];
   if (recorded.type !== 'RefreshRevoked' && !(recorded.type === 'RefreshIssued' && recorded.revision === 0n)) return [];

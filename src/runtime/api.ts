@@ -16,6 +16,10 @@ import { createAuthCommands } from '../commands/auth';
 import { createDeviceCommands } from '../commands/devices';
 import { createSessionCommands } from '../commands/sessions';
 import { createUserCommands } from '../commands/users';
+import { createErasureCommands } from '../commands/erasure';
+import { createAccountCommands } from '../commands/account';
+import { keyedEmailReservationStream } from '../privacy/reservation-names';
+import { withKeyedCounters } from '../privacy/counter-keys';
 import type { DeviceState } from '../domain/device';
 import type { GlobalPosition } from '../infra/eventstore/port';
 import { createLogMailer, createSmtpMailer } from '../infra/mail/mailer';
@@ -49,10 +53,12 @@ export interface ApiRoleDeps {
   /** Device states folded once per process, shared with the expiry jobs. */
   readonly deviceStates: StateCache<DeviceState>;
   readonly readiness: () => Promise<ReadinessReport>;
+  /** After an erasure (embedded: a new start snapshot replaces the one that held the person's documents). */
+  readonly afterErasure?: () => Promise<void>;
 }
 
 /** The use cases behind the routes, with the tokens that check deactivations (decisions §3). */
-async function startUseCases({ config, infra, logger, metrics, clock, deviceStates }: Omit<ApiRoleDeps, 'readiness'>) {
+async function startUseCases({ config, infra, logger, metrics, clock, deviceStates, afterErasure }: Omit<ApiRoleDeps, 'readiness'>) {
   const settle = { watermark: infra.watermark, clock, readYourWritesTimeoutMs: config.readYourWritesTimeoutMs };
   const sessions = createSessionCommands({ eventStore: infra.eventStore, readStore: infra.readStore, ...settle });
   // Complete before anything serves: every cut the log holds, whatever the snapshot (decisions §1, §3).
@@ -67,6 +73,16 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     ...settle,
     revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
     revocationsApplied: revoked,
+    emailReservationStream: keyedEmailReservationStream(infra.privacyKeys.emailHashKey),
+  });
+  const erasure = createErasureCommands({
+    eventStore: infra.eventStore,
+    readStore: infra.readStore,
+    ...settle,
+    keyring: infra.keyring,
+    releaseEmail: (email, userId, ctx) => users.releaseEmail(email, userId, ctx),
+    revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
+    ...(afterErasure !== undefined ? { afterErasure } : {}),
   });
   const tokens = withAccessRevocations(createTokens(infra.secrets), revocations.revocations);
   const devices = createDeviceCommands({
@@ -96,16 +112,18 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     appOrigin: config.appOrigin,
     revocationsApplied: revoked,
   });
-  return { sessions, users, revocations, reach, tokens, devices, mailer, auth };
+  const account = createAccountCommands({ eventStore: infra.eventStore, readStore: infra.readStore, credentials: infra.credentials, hasher, erasure, clock });
+  return { sessions, users, revocations, reach, tokens, devices, mailer, auth, erasure, account };
 }
 
 export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
   const { config, infra, logger, metrics, clock, readiness } = deps;
-  const { users, revocations, reach, tokens, devices, mailer, auth } = await startUseCases(deps);
+  const { users, revocations, reach, tokens, devices, mailer, auth, erasure, account } = await startUseCases(deps);
   const limiter =
     infra.redis === null
       ? createMemoryRateLimiter(config.rateLimits)
-      : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics));
+      : // Counters kept by client IP are named by a keyed hash: Redis holds no address.
+        withKeyedCounters(createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics)), infra.privacyKeys.counterKey);
 
   const app = createApp({
     rateLimit: rateLimit({
@@ -124,6 +142,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
     devices: { tokens, readStore: infra.readStore, devices },
     audit: { tokens, readStore: infra.readStore, eventStore: infra.eventStore, clock },
     admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
+    privacy: { tokens, internalApiKeys: infra.secrets.internalApiKeys, erasure, account },
   });
   const server = createServer(app);
   // The tunnel's client IP is HTTP's: the same proxy trust (TRUST_PROXY) as Express applies.

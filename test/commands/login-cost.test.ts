@@ -78,6 +78,9 @@ function memoryCredentials(work: { current: Work }): CredentialStore {
   return {
     put: async (userId, version, hash) => void hashes.set(`${userId}/${version}`, hash),
     get: async (userId, version) => (work.current.credentials++, hashes.get(`${userId}/${version}`) ?? null),
+    getDataKey: async () => null,
+    putDataKey: async (_subject, key) => key,
+    forget: async () => undefined,
     ping: async () => undefined,
     close: async () => undefined,
   };

@@ -14,8 +14,8 @@
  * global positions (compact records carry them), hence their order and every checkpoint,
  * revision and audit reference that names them.
  */
-import * as fs from 'node:fs/promises';
-import { syncDirectory, writeFully } from './files';
+import { writeFully } from './files';
+import type { StoreFile, StoreIo } from './io';
 import {
   decodeEvent,
   encodeRecord,
@@ -82,7 +82,7 @@ class ChunkedFileWriter {
   private buffered = 0;
   private written = 0;
 
-  constructor(private readonly handle: fs.FileHandle) {}
+  constructor(private readonly handle: StoreFile) {}
 
   async add(bytes: Buffer): Promise<void> {
     this.parts.push(bytes);
@@ -142,10 +142,11 @@ export async function compactSegment(
   segment: Segment,
   rules: ReadonlyMap<string, ReclaimRule>,
   hook: CompactionHook,
+  io: StoreIo,
 ): Promise<CompactedSegment | null> {
   const header = { base: segment.base, generation: segment.generation + 1 };
   const temporary = `${segment.file}${COMPACTION_SUFFIX}`;
-  const handle = await fs.open(temporary, 'w');
+  const handle = await io.open(temporary, 'w');
   let filtered: Filtered;
   try {
     filtered = await filterRecords(segment, rules, new ChunkedFileWriter(handle));
@@ -157,13 +158,13 @@ export async function compactSegment(
     await handle.close();
   }
   if (filtered.eventsReclaimed === 0) {
-    await fs.rm(temporary, { force: true });
+    await io.unlink(temporary);
     return null;
   }
   await hook('temporary-synced', segment.file);
-  await fs.rename(temporary, segment.file);
+  await io.rename(temporary, segment.file);
   await hook('renamed', segment.file);
-  await syncDirectory(segment.directory);
+  await io.syncDirectory(segment.directory);
   await hook('directory-synced', segment.file);
   return {
     header,

@@ -40,7 +40,6 @@
  * disk, sharing fsyncs. Batches of some thousands of appends per call work well. To make
  * reclamation see that history as old, open the store with a `now` clock of your choice.
  */
-import * as fs from 'node:fs/promises';
 import * as path from 'node:path';
 import { acquireLock } from './lock';
 import { resolveOptions, type EmbeddedEventStoreOptions } from './options';
@@ -70,12 +69,12 @@ function warnTornTail(directory: string): (tail: TornTail) => void {
 
 export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedEventStoreOptions = {}): Promise<EmbeddedEventStore> {
   const directory = path.resolve(dataDir);
-  await fs.mkdir(directory, { recursive: true });
-  const releaseLock = await acquireLock(directory);
+  const resolved = resolveOptions(options);
+  await resolved.io.mkdir(directory);
+  const releaseLock = await (options.lock ?? acquireLock)(directory);
   try {
-    const resolved = resolveOptions(options);
-    const pool = new HandlePool();
-    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes });
+    const pool = new HandlePool(resolved.io);
+    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes, io: resolved.io });
     return new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
   } catch (error) {
     await releaseLock();

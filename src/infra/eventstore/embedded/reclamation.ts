@@ -131,7 +131,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     for (const segment of candidates) {
       if (this.stopping) break;
       this.assertWritable();
-      const compacted = await compactSegment(segment, rules, this.options.compactionHook);
+      const compacted = await compactSegment(segment, rules, this.options.compactionHook, this.options.io);
       if (compacted === null) continue;
       await this.swapIn(segment, compacted);
       segmentsCompacted++;
@@ -149,7 +149,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     for (const [streamName, revision] of compacted.reclaimedThrough) this.index.reclaimThrough(streamName, revision);
     this.recent.forgetRange(old.base, old.base + old.size);
     await old.retire();
-    await writeSegmentIndex(segment.file, header, table, true);
+    await writeSegmentIndex(segment.file, header, table, true, this.options.io);
     await this.options.compactionHook('index-written', segment.file);
   }
 }

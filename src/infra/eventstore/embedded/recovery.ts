@@ -11,11 +11,11 @@
  * over temporary files of an interrupted compaction are removed: until its rename, the
  * original segment is intact.
  */
-import * as fs from 'node:fs/promises';
 import * as path from 'node:path';
 import { crc32 } from './crc32';
 import { CorruptEventLogError } from './errors';
-import { errorCode, readFully, syncDirectory, writeFully } from './files';
+import { errorCode, readFully, writeFully } from './files';
+import type { StoreFile, StoreIo } from './io';
 import { LogIndex } from './log-index';
 import { decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type SegmentHeader } from './record-format';
 import { locatorOf, Segment, segmentBaseOfName, segmentFileName, type HandlePool } from './segment';
@@ -42,6 +42,7 @@ export interface RecoveryOptions {
   readonly pool: HandlePool;
   /** An active segment beyond this size (a single-file log of earlier versions) is sealed at open. */
   readonly segmentBytes: number;
+  readonly io: StoreIo;
 }
 
 export const COMPACTION_SUFFIX = '.compact';
@@ -49,12 +50,12 @@ const CRC_CHUNK_SIZE = 4 * 1024 * 1024;
 const OPEN_CONCURRENCY = 8;
 
 /** Creates a segment file with its header, durably (the directory entry included). */
-export async function createSegmentFile(directory: string, header: SegmentHeader): Promise<fs.FileHandle> {
-  const handle = await fs.open(path.join(directory, segmentFileName(header.base)), 'wx+');
+export async function createSegmentFile(io: StoreIo, directory: string, header: SegmentHeader): Promise<StoreFile> {
+  const handle = await io.open(path.join(directory, segmentFileName(header.base)), 'wx+');
   try {
     await writeFully(handle, encodeSegmentHeader(header), 0);
     await handle.datasync();
-    await syncDirectory(directory);
+    await io.syncDirectory(directory);
     return handle;
   } catch (error) {
     await handle.close();
@@ -62,12 +63,12 @@ export async function createSegmentFile(directory: string, header: SegmentHeader
   }
 }
 
-async function listSegmentBases(directory: string, log: (message: string) => void): Promise<number[]> {
+async function listSegmentBases(io: StoreIo, directory: string, log: (message: string) => void): Promise<number[]> {
   const bases: number[] = [];
-  for (const name of await fs.readdir(directory)) {
+  for (const name of await io.readdir(directory)) {
     if (name.endsWith(COMPACTION_SUFFIX) || name.endsWith('.idx.tmp')) {
       if (name.endsWith(COMPACTION_SUFFIX)) log(`Event log: removed ${name}, left by a compaction that did not finish (the segment itself is intact)`);
-      await fs.rm(path.join(directory, name), { force: true });
+      await io.unlink(path.join(directory, name));
       continue;
     }
     const base = segmentBaseOfName(name);
@@ -77,7 +78,7 @@ async function listSegmentBases(directory: string, log: (message: string) => voi
 }
 
 /** Reads (and for the active segment, finishes an interrupted creation of) a segment's header. */
-async function readHeader(handle: fs.FileHandle, file: string, base: number, active: boolean): Promise<{ header: SegmentHeader; size: number }> {
+async function readHeader(handle: StoreFile, file: string, base: number, active: boolean): Promise<{ header: SegmentHeader; size: number }> {
   let size = (await handle.stat()).size;
   if (size < SEGMENT_HEADER_SIZE) {
     const existing = await readFully(handle, 0, size);
@@ -95,19 +96,19 @@ async function readHeader(handle: fs.FileHandle, file: string, base: number, act
   return { header, size };
 }
 
-async function sealedTable(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable> {
-  const loaded = await loadSegmentIndex(file, header, size);
+async function sealedTable(io: StoreIo, handle: StoreFile, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable> {
+  const loaded = await loadSegmentIndex(file, header, size, io);
   if ('table' in loaded && loaded.table.coveredSize === size) return loaded.table;
   const problem = 'table' in loaded ? 'it covers less than the segment' : loaded.problem;
   log(`Event log: index checkpoint of ${path.basename(file)} not used (${problem}); scanning the segment`);
   const table = new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: true }, table);
-  await writeSegmentIndex(file, header, table, header.generation > 0);
+  await writeSegmentIndex(file, header, table, header.generation > 0, io);
   return table;
 }
 
 /** CRC-32 of the file's bytes in [from, to), continuing `previous`. */
-async function crcOfFile(handle: fs.FileHandle, from: number, to: number, previous: number): Promise<number> {
+async function crcOfFile(handle: StoreFile, from: number, to: number, previous: number): Promise<number> {
   let crc = previous;
   for (let at = from; at < to; at += CRC_CHUNK_SIZE) crc = crc32(await readFully(handle, at, Math.min(CRC_CHUNK_SIZE, to - at)), crc);
   return crc;
@@ -118,9 +119,9 @@ async function crcOfFile(handle: fs.FileHandle, from: number, to: number, previo
  * still have its CRC: one native checksum pass instead of decoding every record, and any
  * change to acknowledged data still leads to the full scan that finds it.
  */
-async function verifiedActiveCheckpoint(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable | null> {
+async function verifiedActiveCheckpoint(io: StoreIo, handle: StoreFile, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable | null> {
   if (size <= SEGMENT_HEADER_SIZE) return null;
-  const loaded = await loadSegmentIndex(file, header, size);
+  const loaded = await loadSegmentIndex(file, header, size, io);
   let problem = 'table' in loaded ? 'its checksum of the segment does not match' : loaded.problem;
   if ('table' in loaded && loaded.table.coveredCrc !== null) {
     if ((await crcOfFile(handle, 0, loaded.table.coveredSize, 0)) === loaded.table.coveredCrc) return loaded.table;
@@ -131,8 +132,8 @@ async function verifiedActiveCheckpoint(handle: fs.FileHandle, file: string, hea
   return null;
 }
 
-async function activeTable(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
-  const checkpoint = await verifiedActiveCheckpoint(handle, file, header, size, options.log);
+async function activeTable(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
+  const checkpoint = await verifiedActiveCheckpoint(options.io, handle, file, header, size, options.log);
   const table = checkpoint ?? new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   const from = table.coveredSize;
   const { end } = await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: false }, table);
@@ -148,11 +149,11 @@ async function activeTable(handle: fs.FileHandle, file: string, header: SegmentH
 /** Opens a segment; only the active one keeps its file open (sealed ones open theirs when read). */
 async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions): Promise<{ segment: Segment; table: SegmentTable }> {
   const file = path.join(directory, segmentFileName(base));
-  const handle = await fs.open(file, active ? 'r+' : 'r');
+  const handle = await options.io.open(file, active ? 'r+' : 'r');
   let keepOpen = false;
   try {
     const { header, size } = await readHeader(handle, file, base, active);
-    const opened = active ? await activeTable(handle, file, header, size, options) : { table: await sealedTable(handle, file, header, size, options.log), size };
+    const opened = active ? await activeTable(handle, file, header, size, options) : { table: await sealedTable(options.io, handle, file, header, size, options.log), size };
     const { table } = opened;
     const locator = header.generation > 0 ? locatorOf(table) : null;
     const segment = new Segment(directory, base, header.generation, active ? handle : null, opened.size, locator, options.pool);
@@ -164,9 +165,9 @@ async function openSegment(directory: string, base: number, active: boolean, opt
   }
 }
 
-async function createFirstSegment(directory: string): Promise<void> {
+async function createFirstSegment(io: StoreIo, directory: string): Promise<void> {
   try {
-    const handle = await createSegmentFile(directory, { base: 0, generation: 0 });
+    const handle = await createSegmentFile(io, directory, { base: 0, generation: 0 });
     await handle.close();
   } catch (error) {
     if (errorCode(error) !== 'EEXIST') throw error;
@@ -180,10 +181,10 @@ async function createFirstSegment(directory: string): Promise<void> {
  */
 async function sealOversized(directory: string, full: { segment: Segment; table: SegmentTable }, pool: HandlePool): Promise<{ segment: Segment; table: SegmentTable }> {
   const { segment, table } = full;
-  await writeSegmentIndex(segment.file, segment, table, false);
+  await writeSegmentIndex(segment.file, segment, table, false, pool.io);
   segment.seal();
   const base = segment.base + segment.size;
-  const handle = await createSegmentFile(directory, { base, generation: 0 });
+  const handle = await createSegmentFile(pool.io, directory, { base, generation: 0 });
   const next = new SegmentTable(base, SEGMENT_HEADER_SIZE);
   next.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
   return { segment: new Segment(directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, pool), table: next };
@@ -213,9 +214,9 @@ async function mapLimited<T, R>(items: readonly T[], limit: number, work: (item:
 }
 
 export async function openLog(directory: string, options: RecoveryOptions): Promise<OpenedLog> {
-  let bases = await listSegmentBases(directory, options.log);
+  let bases = await listSegmentBases(options.io, directory, options.log);
   if (bases.length === 0) {
-    await createFirstSegment(directory);
+    await createFirstSegment(options.io, directory);
     bases = [0];
   }
   const opened: Array<{ segment: Segment; table: SegmentTable }> = [];

@@ -12,9 +12,9 @@
  * HandlePool closes the least recently read ones beyond a few dozen. The active segment
  * keeps the file it is written through.
  */
-import * as fs from 'node:fs/promises';
 import * as path from 'node:path';
 import { readFully } from './files';
+import type { StoreFile, StoreIo } from './io';
 import { SEGMENT_HEADER_SIZE } from './record-format';
 import type { SegmentTable } from './segment-table';
 
@@ -48,7 +48,11 @@ export function locatorOf(table: SegmentTable): CompactedLocator {
 export class HandlePool {
   private readonly recent = new Set<Segment>();
 
-  constructor(private readonly limit = 64) {}
+  constructor(
+    /** Sealed segments open their files through it. */
+    readonly io: StoreIo,
+    private readonly limit = 64,
+  ) {}
 
   touch(segment: Segment): void {
     this.recent.delete(segment);
@@ -91,7 +95,7 @@ export class Segment {
   retired = false;
   private readonly samples: number[] = [];
   private readonly inFlight = new Set<Promise<Buffer>>();
-  private reader: Promise<fs.FileHandle> | null;
+  private reader: Promise<StoreFile> | null;
   private sealed = false;
 
   /** `writer`: the open file of the active segment (null for a sealed one, opened when read). */
@@ -99,7 +103,7 @@ export class Segment {
     readonly directory: string,
     readonly base: number,
     readonly generation: number,
-    private writer: fs.FileHandle | null,
+    private writer: StoreFile | null,
     size: number,
     private readonly compacted: CompactedLocator | null,
     private readonly pool: HandlePool,
@@ -109,7 +113,7 @@ export class Segment {
   }
 
   /** The file to write appends through; only the active segment has one. */
-  get handle(): fs.FileHandle {
+  get handle(): StoreFile {
     if (this.writer === null) throw new Error(`${this.file} is sealed`);
     return this.writer;
   }
@@ -179,7 +183,7 @@ export class Segment {
 
   read(offset: number, length: number): Promise<Buffer> {
     if (this.retired) return Promise.reject(new Error('segment was replaced'));
-    this.reader ??= fs.open(this.file, 'r');
+    this.reader ??= this.pool.io.open(this.file, 'r');
     const read = this.reader.then((handle) => readFully(handle, offset, length));
     this.inFlight.add(read);
     if (this.writer === null || this.sealed) this.pool.touch(this);

@@ -250,7 +250,7 @@ export class EmbeddedStoreCore implements EventStore {
   private async writeActiveCheckpoint(): Promise<void> {
     const active = this.active();
     try {
-      await writeSegmentIndex(active.file, active, this.activeTable, false);
+      await writeSegmentIndex(active.file, active, this.activeTable, false, this.options.io);
     } catch (error) {
       this.options.log(`Event log: could not write the index checkpoint of ${active.file} (${errorMessage(error)}); the next open scans it`);
     }
@@ -322,14 +322,14 @@ export class EmbeddedStoreCore implements EventStore {
   private async startSegment(base: number): Promise<void> {
     const sealed = this.active();
     const sealedTable = this.activeTable;
-    const handle = await createSegmentFile(this.directory, { base, generation: 0 });
+    const handle = await createSegmentFile(this.options.io, this.directory, { base, generation: 0 });
     this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, this.pool)];
     this.activeTable = new SegmentTable(base, SEGMENT_HEADER_SIZE);
     this.activeTable.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
     this.recent.forget();
     sealed.seal();
     sealedTable.coveredSize = sealed.size;
-    const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false).catch((error: unknown) =>
+    const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false, this.options.io).catch((error: unknown) =>
       this.options.log(`Event log: could not write the index checkpoint of ${sealed.file} (${errorMessage(error)}); the next open scans it`),
     );
     this.sealing.add(writing);

@@ -8,7 +8,7 @@
  */
 import { generateOps, runSimulation, shrink, type SimResult } from './store-sim';
 
-const DEFAULT_OPS = 60_000;
+const DEFAULT_OPS = 20_000;
 
 function argument(name: string): string | undefined {
   const at = process.argv.indexOf(`--${name}`);

@@ -146,23 +146,39 @@ export async function compactSegment(
 ): Promise<CompactedSegment | null> {
   const header = { base: segment.base, generation: segment.generation + 1 };
   const temporary = `${segment.file}${COMPACTION_SUFFIX}`;
-  const handle = await io.open(temporary, 'w');
   let filtered: Filtered;
   try {
-    filtered = await filterRecords(segment, rules, new ChunkedFileWriter(handle));
-    if (filtered.eventsReclaimed > 0) {
-      await hook('temporary-written', segment.file);
-      await handle.datasync();
+    // From the rename on, the name holds the copy: the segment must read through its own file.
+    await segment.pin();
+    const handle = await io.open(temporary, 'w');
+    try {
+      filtered = await filterRecords(segment, rules, new ChunkedFileWriter(handle));
+      if (filtered.eventsReclaimed > 0) {
+        await hook('temporary-written', segment.file);
+        await handle.datasync();
+      }
+    } finally {
+      await handle.close();
     }
-  } finally {
-    await handle.close();
+    if (filtered.eventsReclaimed > 0) await hook('temporary-synced', segment.file);
+  } catch (error) {
+    // A failed compaction leaves nothing behind; the segment is untouched.
+    segment.unpin();
+    await io.unlink(temporary).catch(() => undefined);
+    throw error;
   }
   if (filtered.eventsReclaimed === 0) {
+    segment.unpin();
     await io.unlink(temporary);
     return null;
   }
-  await hook('temporary-synced', segment.file);
-  await io.rename(temporary, segment.file);
+  try {
+    await io.rename(temporary, segment.file);
+  } catch (error) {
+    segment.unpin();
+    await io.unlink(temporary).catch(() => undefined);
+    throw error;
+  }
   await hook('renamed', segment.file);
   await io.syncDirectory(segment.directory);
   await hook('directory-synced', segment.file);

@@ -47,7 +47,7 @@ import { EmbeddedEventStore } from './reclamation';
 import { openLog, type TornTail } from './recovery';
 import { HandlePool, LEGACY_LOG_FILE_NAME } from './segment';
 
-export { CorruptEventLogError, EventStoreLockedError, LOCK_FILE_NAME } from './errors';
+export { CorruptEventLogError, EventStoreLockedError, EventStoreUnavailableError, LOCK_FILE_NAME } from './errors';
 export { crc32Portable } from './crc32';
 export type { CompactionHook, CompactionStep } from './compaction';
 export type { EmbeddedEventStoreOptions, GroupCommit } from './options';
@@ -75,7 +75,9 @@ export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedE
   try {
     const pool = new HandlePool(resolved.io);
     const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes, io: resolved.io });
-    return new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
+    const store = new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
+    if (log.readOnly !== null) store.openedReadOnly(log.readOnly);
+    return store;
   } catch (error) {
     await releaseLock();
     throw error;

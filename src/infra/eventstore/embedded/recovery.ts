@@ -14,7 +14,7 @@
 import * as path from 'node:path';
 import { crc32 } from './crc32';
 import { CorruptEventLogError } from './errors';
-import { errorCode, readFully, writeFully } from './files';
+import { errorCode, errorMessage, readFully, writeFully } from './files';
 import type { StoreFile, StoreIo } from './io';
 import { LogIndex } from './log-index';
 import { decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type SegmentHeader } from './record-format';
@@ -34,6 +34,8 @@ export interface OpenedLog {
   readonly index: LogIndex;
   /** The table of the active (last) segment, which commits keep growing. */
   readonly activeTable: SegmentTable;
+  /** Why the log could only be opened for reading (a repair write failed: a full disk, say), or null. */
+  readonly readOnly: Error | null;
 }
 
 export interface RecoveryOptions {
@@ -78,16 +80,23 @@ async function listSegmentBases(io: StoreIo, directory: string, log: (message: s
 }
 
 /** Reads (and for the active segment, finishes an interrupted creation of) a segment's header. */
-async function readHeader(handle: StoreFile, file: string, base: number, active: boolean): Promise<{ header: SegmentHeader; size: number }> {
+async function readHeader(handle: StoreFile, file: string, base: number, active: boolean, repairs: Repairs): Promise<{ header: SegmentHeader; size: number }> {
   let size = (await handle.stat()).size;
   if (size < SEGMENT_HEADER_SIZE) {
     const existing = await readFully(handle, 0, size);
     const fresh = encodeSegmentHeader({ base, generation: 0 });
     if (!active || !existing.equals(fresh.subarray(0, size))) throw new CorruptEventLogError(file, 0, 'not an event log');
-    // Only the creation of the file was interrupted.
-    await handle.truncate(0);
-    await writeFully(handle, fresh, 0);
-    await handle.datasync();
+    // Only the creation of the file was interrupted. If it cannot be finished now (a full
+    // disk), the segment is empty anyway: the log opens read-only, and the first append
+    // that can write finishes it (store.ts, resumeWrites).
+    try {
+      await handle.truncate(0);
+      await writeFully(handle, fresh, 0);
+      await handle.datasync();
+    } catch (error) {
+      repairs.failed ??= error instanceof Error ? error : new Error(String(error));
+      return { header: { base, generation: 0 }, size: 0 };
+    }
     size = SEGMENT_HEADER_SIZE;
   }
   const header = decodeSegmentHeader(await readFully(handle, 0, SEGMENT_HEADER_SIZE));
@@ -103,7 +112,10 @@ async function sealedTable(io: StoreIo, handle: StoreFile, file: string, header:
   log(`Event log: index checkpoint of ${path.basename(file)} not used (${problem}); scanning the segment`);
   const table = new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: true }, table);
-  await writeSegmentIndex(file, header, table, header.generation > 0, io);
+  // A cache: when it cannot be written (a full disk), the next open scans again.
+  await writeSegmentIndex(file, header, table, header.generation > 0, io).catch((error: unknown) =>
+    log(`Event log: could not write the index checkpoint of ${path.basename(file)} (${errorMessage(error)})`),
+  );
   return table;
 }
 
@@ -132,28 +144,46 @@ async function verifiedActiveCheckpoint(io: StoreIo, handle: StoreFile, file: st
   return null;
 }
 
-async function activeTable(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
+async function activeTable(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions, repairs: Repairs): Promise<{ table: SegmentTable; size: number }> {
+  if (size < SEGMENT_HEADER_SIZE) return { table: new SegmentTable(header.base, SEGMENT_HEADER_SIZE), size };
   const checkpoint = await verifiedActiveCheckpoint(options.io, handle, file, header, size, options.log);
   const table = checkpoint ?? new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   const from = table.coveredSize;
   const { end } = await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: false }, table);
   if (end < size) {
-    await handle.truncate(end);
-    await handle.datasync();
     options.onTornTail({ offset: end, droppedBytes: size - end });
+    try {
+      await handle.truncate(end);
+    } catch (error) {
+      // The bytes past `end` are never read; the first append that can write cuts them.
+      repairs.failed ??= error instanceof Error ? error : new Error(String(error));
+    }
+  }
+  // What open found and will serve is made durable before anything is read: a batch whose
+  // fsync failed but whose bytes are still in the page cache must not be served now and
+  // lost at the next power cut.
+  try {
+    await handle.datasync();
+  } catch (error) {
+    repairs.failed ??= error instanceof Error ? error : new Error(String(error));
   }
   table.coveredCrc = await crcOfFile(handle, checkpoint === null ? 0 : from, end, checkpoint?.coveredCrc ?? 0);
   return { table, size: end };
 }
 
 /** Opens a segment; only the active one keeps its file open (sealed ones open theirs when read). */
-async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions): Promise<{ segment: Segment; table: SegmentTable }> {
+/** The first repair write at open that failed: the log then opens read-only. */
+interface Repairs {
+  failed: Error | null;
+}
+
+async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions, repairs: Repairs): Promise<{ segment: Segment; table: SegmentTable }> {
   const file = path.join(directory, segmentFileName(base));
   const handle = await options.io.open(file, active ? 'r+' : 'r');
   let keepOpen = false;
   try {
-    const { header, size } = await readHeader(handle, file, base, active);
-    const opened = active ? await activeTable(handle, file, header, size, options) : { table: await sealedTable(options.io, handle, file, header, size, options.log), size };
+    const { header, size } = await readHeader(handle, file, base, active, repairs);
+    const opened = active ? await activeTable(handle, file, header, size, options, repairs) : { table: await sealedTable(options.io, handle, file, header, size, options.log), size };
     const { table } = opened;
     const locator = header.generation > 0 ? locatorOf(table) : null;
     const segment = new Segment(directory, base, header.generation, active ? handle : null, opened.size, locator, options.pool);
@@ -220,8 +250,9 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
     bases = [0];
   }
   const opened: Array<{ segment: Segment; table: SegmentTable }> = [];
+  const repairs: Repairs = { failed: null };
   const keep = async (base: number, active: boolean): Promise<{ segment: Segment; table: SegmentTable }> => {
-    const result = await openSegment(directory, base, active, options);
+    const result = await openSegment(directory, base, active, options, repairs);
     opened.push(result);
     return result;
   };
@@ -230,14 +261,14 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
     const sealed = await mapLimited(bases.slice(0, -1), OPEN_CONCURRENCY, (base) => keep(base, false));
     let active = await keep(bases[bases.length - 1] as number, true);
     const all = [...sealed, active];
-    if (active.segment.size > options.segmentBytes) {
+    if (active.segment.size > options.segmentBytes && repairs.failed === null) {
       active = await sealOversized(directory, active, options.pool);
       opened.push(active);
       all.push(active);
     }
     const index = new LogIndex();
     index.applyTables(all.map(({ segment, table }) => ({ table, file: segment.file })));
-    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table };
+    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table, readOnly: repairs.failed };
   } catch (error) {
     await Promise.all(opened.map(({ segment }) => segment.retire()));
     throw error;

@@ -25,7 +25,7 @@
  *     accepts them again once the fault is gone; it opens on a full disk (read-only).
  */
 import { openEmbeddedEventStore, type EmbeddedEventStore } from '../../src/infra/eventstore/embedded';
-import { type ExpectedRevision, type NewEvent, type RecordedEvent, WrongExpectedRevisionError } from '../../src/infra/eventstore/port';
+import { type AppendResult, type ExpectedRevision, type NewEvent, type RecordedEvent, WrongExpectedRevisionError } from '../../src/infra/eventstore/port';
 import { Rng } from './rng';
 import { NO_FAULTS, SimFs, type Faults } from './sim-fs';
 
@@ -312,8 +312,22 @@ class World {
     const writtenAt = this.clock;
     const order = this.order++;
     let line = `append ${stream} ×${events.length} expect ${String(expected)}`;
+    let result: AppendResult;
     try {
-      const result = await this.live.append(stream, events, expected);
+      result = await this.live.append(stream, events, expected);
+    } catch (error) {
+      if (error instanceof WrongExpectedRevisionError) {
+        this.note(`${line} → conflict`);
+        if (!expectConflict && !uncertainHere) throw new Violation(`append to ${stream} expecting ${String(expected)} conflicted (model has ${count} events): ${message(error)}`);
+        return;
+      }
+      this.note(`${line} → failed: ${message(error)}`);
+      this.expectFailureAllowed(error, `append to ${stream}`);
+      this.stats.appendsFailed++;
+      this.uncertain.push({ stream, events, writtenAt });
+      return;
+    }
+    {
       line += ` → ok rev ${result.nextExpectedRevision} @${result.position.commit}`;
       this.note(line);
       if (expectConflict && !uncertainHere) throw new Violation(`append to ${stream} with stale expectation ${String(expected)} succeeded (model has ${count} events)`);
@@ -328,17 +342,6 @@ class World {
       for (const [i, event] of events.entries()) {
         target.push({ id: event.id, stream, revision: firstRevision + i, type: event.type, data: JSON.stringify(event.data), writtenAt, appendLast: result.position.commit, order });
       }
-    } catch (error) {
-      if (error instanceof Violation) throw error;
-      if (error instanceof WrongExpectedRevisionError) {
-        this.note(`${line} → conflict`);
-        if (!expectConflict && !uncertainHere) throw new Violation(`append to ${stream} expecting ${String(expected)} conflicted (model has ${count} events): ${message(error)}`);
-        return;
-      }
-      this.note(`${line} → failed: ${message(error)}`);
-      this.expectFailureAllowed(error, `append to ${stream}`);
-      this.stats.appendsFailed++;
-      this.uncertain.push({ stream, events, writtenAt });
     }
   }
 
@@ -371,9 +374,18 @@ class World {
     if (pending.length === 0) return;
     const known = this.modelEvents(stream);
     const beyond: RecordedEvent[] = [];
-    for await (const event of this.live.readStream(stream, { fromRevision: BigInt(known.length) })) {
-      if (upTo !== undefined && Number(event.revision) >= upTo) break;
-      beyond.push(event);
+    // The model's own look: no faults while it reads.
+    const faults = this.fs.faults;
+    this.fs.faults = { ...NO_FAULTS };
+    try {
+      if (upTo === undefined || upTo > known.length) {
+        for await (const event of this.live.readStream(stream, { fromRevision: BigInt(known.length) })) {
+          if (upTo !== undefined && Number(event.revision) >= upTo) break;
+          beyond.push(event);
+        }
+      }
+    } finally {
+      this.fs.faults = faults;
     }
     let at = 0;
     for (const candidate of pending) {

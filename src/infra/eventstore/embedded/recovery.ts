@@ -131,25 +131,38 @@ async function crcOfFile(handle: StoreFile, from: number, to: number, previous: 
  * still have its CRC: one native checksum pass instead of decoding every record, and any
  * change to acknowledged data still leads to the full scan that finds it.
  */
-async function verifiedActiveCheckpoint(io: StoreIo, handle: StoreFile, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable | null> {
-  if (size <= SEGMENT_HEADER_SIZE) return null;
+async function verifiedActiveCheckpoint(
+  io: StoreIo,
+  handle: StoreFile,
+  file: string,
+  header: SegmentHeader,
+  size: number,
+  log: (m: string) => void,
+): Promise<{ table: SegmentTable | null; vouchedEnd: number }> {
+  if (size <= SEGMENT_HEADER_SIZE) return { table: null, vouchedEnd: 0 };
   const loaded = await loadSegmentIndex(file, header, size, io);
   let problem = 'table' in loaded ? 'its checksum of the segment does not match' : loaded.problem;
+  let vouchedEnd = 0;
   if ('table' in loaded && loaded.table.coveredCrc !== null) {
-    if ((await crcOfFile(handle, 0, loaded.table.coveredSize, 0)) === loaded.table.coveredCrc) return loaded.table;
+    if ((await crcOfFile(handle, 0, loaded.table.coveredSize, 0)) === loaded.table.coveredCrc) return { table: loaded.table, vouchedEnd: 0 };
+    // An intact checkpoint of a clean close covers these bytes: they were acknowledged, so
+    // damage in them is refused by the scan, not cut off as a torn tail.
+    vouchedEnd = loaded.table.coveredSize;
   } else if ('table' in loaded) {
     problem = 'it has no checksum of the segment';
   }
   log(`Event log: index checkpoint of ${path.basename(file)} not used (${problem}); scanning the segment`);
-  return null;
+  return { table: null, vouchedEnd };
 }
 
 async function activeTable(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions, repairs: Repairs): Promise<{ table: SegmentTable; size: number }> {
   if (size < SEGMENT_HEADER_SIZE) return { table: new SegmentTable(header.base, SEGMENT_HEADER_SIZE), size };
-  const checkpoint = await verifiedActiveCheckpoint(options.io, handle, file, header, size, options.log);
+  const verified = await verifiedActiveCheckpoint(options.io, handle, file, header, size, options.log);
+  const checkpoint = verified.table;
   const table = checkpoint ?? new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   const from = table.coveredSize;
-  const { end } = await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: false }, table);
+  const target = { file, base: header.base, readAt: (o: number, l: number) => readFully(handle, o, l), fileSize: size, sealed: false, vouchedEnd: verified.vouchedEnd };
+  const { end } = await scanSegment(target, table);
   if (end < size) {
     options.onTornTail({ offset: end, droppedBytes: size - end });
     try {

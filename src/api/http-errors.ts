@@ -46,6 +46,11 @@ function isClientHttpError(error: unknown): error is ClientHttpError {
   return typeof status === 'number' && status >= 400 && status < 500;
 }
 
+/** A store that cannot take writes for now (EventStoreUnavailableError: `statusCode` 503). */
+function isServiceUnavailable(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && (error as { statusCode?: unknown }).statusCode === 503;
+}
+
 /** Maps every error once to the spec's bodies; never leaks a stack or an internal message. */
 export function errorMiddleware(logger: Logger): ErrorRequestHandler {
   return (error: unknown, req, res, _next) => {
@@ -80,6 +85,11 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
               ? 'Unsupported request body encoding'
               : statusText(error.status);
       res.status(error.status).json(errorBody(error.status, message));
+      return;
+    }
+    if (isServiceUnavailable(error)) {
+      logger.warn({ err: error, requestId: res.getHeader('X-Request-Id'), method: req.method, url: req.originalUrl }, 'store unavailable');
+      res.status(503).json(errorBody(503, 'Service temporarily unavailable'));
       return;
     }
     logger.error({ err: error, requestId: res.getHeader('X-Request-Id'), method: req.method, url: req.originalUrl }, 'unhandled error');

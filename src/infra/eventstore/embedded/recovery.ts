@@ -264,6 +264,12 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
   }
   const opened: Array<{ segment: Segment; table: SegmentTable }> = [];
   const repairs: Repairs = { failed: null };
+  // The entries open finds are made durable before anything is appended: a segment whose
+  // creation a stopped process left unsynced must not vanish at a later power cut with the
+  // appends acknowledged in it.
+  await options.io.syncDirectory(directory).catch((error: unknown) => {
+    repairs.failed ??= error instanceof Error ? error : new Error(String(error));
+  });
   const keep = async (base: number, active: boolean): Promise<{ segment: Segment; table: SegmentTable }> => {
     const result = await openSegment(directory, base, active, options, repairs);
     opened.push(result);

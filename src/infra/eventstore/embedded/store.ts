@@ -395,12 +395,21 @@ export class EmbeddedStoreCore implements EventStore {
     // failed fsync): a restart must not find it and take it as durable, nor later batches
     // leave a hole where it was. Best effort: resuming does it again.
     const active = this.active();
-    this.tailCut = this.tailCut
-      .then(async () => {
-        await active.handle.truncate(active.size);
-        await active.handle.datasync();
-      })
-      .catch(() => undefined);
+    this.tailCut = this.tailCut.then(() => this.cutBack(active)).catch(() => undefined);
+  }
+
+  /**
+   * Removes what a failed write may have left: the file of a segment whose creation failed
+   * (it holds nothing acknowledged; a restart must not take the active segment for a
+   * sealed one because of it) and bytes past the committed size of the active segment.
+   */
+  private async cutBack(active: Segment): Promise<void> {
+    if (active.size >= SEGMENT_HEADER_SIZE) {
+      await this.options.io.unlink(path.join(this.directory, segmentFileName(active.base + active.size)));
+      await this.options.io.syncDirectory(this.directory);
+    }
+    await active.handle.truncate(active.size);
+    await active.handle.datasync();
   }
 
   /** Opened without being able to repair the tail (a full disk, say): appends wait for resumeWrites(). */
@@ -438,11 +447,13 @@ export class EmbeddedStoreCore implements EventStore {
         this.activeTable.coveredCrc = crc32(header);
       }
       // A write that needs new space tells whether the cause is gone (a full disk answers
-      // ENOSPC here); then the file is cut back to its committed size.
-      await writeFully(active.handle, Buffer.alloc(WRITE_PROBE_BYTES), active.size);
-      await active.handle.truncate(active.size);
-      await active.handle.datasync();
-      await this.options.io.unlink(path.join(this.directory, segmentFileName(active.base + active.size)));
+      // ENOSPC here); the file is cut back to its committed size whatever it answers.
+      try {
+        await writeFully(active.handle, Buffer.alloc(WRITE_PROBE_BYTES), active.size);
+      } finally {
+        await active.handle.truncate(active.size);
+      }
+      await this.cutBack(active);
     } catch (error) {
       this.failure = new EventStoreUnavailableError({ cause: error });
       throw this.failure;

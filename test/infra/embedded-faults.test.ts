@@ -60,19 +60,20 @@ describe('embedded log under faults', () => {
     await reopened.close();
   });
 
-  it('opens read-only when a repair write at open fails, serves reads, and takes appends once writes work', async () => {
+  it('opens read-only on a full disk when a repair write at open fails, serves reads, and takes appends once writes work', async () => {
     const fs = new SimFs(new Rng(3));
     const store = await simStore(fs);
     await store.append('device-1', [newEvent('First')], 'no_stream');
     await store.close();
     fs.processExit();
-    // A torn tail the next open must cut.
-    const file = await fs.open(`${DIR}/events.log`, 'r+');
-    const size = (await file.stat()).size;
-    await file.write(Buffer.from([40, 0, 0, 0, 1, 2, 3]), 0, 7, size);
-    await file.datasync();
-    await file.close();
-    fs.faults = { ...NO_FAULTS, syncEio: 1, diskFull: true };
+    // The creation of the next segment was interrupted after its first bytes: open must finish it.
+    const size = fs.fileBytes(`${DIR}/events.log`).length;
+    const next = await fs.open(`${DIR}/events-${String(size).padStart(16, '0')}.log`, 'wx+');
+    await next.write(fs.fileBytes(`${DIR}/events.log`), 0, 8, 0);
+    await next.datasync();
+    await next.close();
+    await fs.syncDirectory(DIR);
+    fs.faults = { ...NO_FAULTS, diskFull: true };
     const messages: string[] = [];
 
     const reopened = await simStore(fs, { log: (message) => messages.push(message) });

@@ -146,6 +146,8 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     let eventsReclaimed = 0;
     for (const { segment, rules: segmentRules } of candidates) {
       if (this.stopping) break;
+      // A compaction writes: after a failed write it first needs writes to work again.
+      if (this.failure !== null) await this.resumeWrites();
       this.assertWritable();
       const compacted = await compactSegment(segment, segmentRules, this.options.compactionHook, this.options.io);
       if (compacted === null) continue;

@@ -174,12 +174,8 @@ async function activeTable(handle: StoreFile, file: string, header: SegmentHeade
   }
   // What open found and will serve is made durable before anything is read: a batch whose
   // fsync failed but whose bytes are still in the page cache must not be served now and
-  // lost at the next power cut.
-  try {
-    await handle.datasync();
-  } catch (error) {
-    repairs.failed ??= error instanceof Error ? error : new Error(String(error));
-  }
+  // lost at the next power cut. If that cannot be done, the open fails (and is retried).
+  await handle.datasync();
   table.coveredCrc = await crcOfFile(handle, checkpoint === null ? 0 : from, end, checkpoint?.coveredCrc ?? 0);
   return { table, size: end };
 }
@@ -267,9 +263,7 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
   // The entries open finds are made durable before anything is appended: a segment whose
   // creation a stopped process left unsynced must not vanish at a later power cut with the
   // appends acknowledged in it.
-  await options.io.syncDirectory(directory).catch((error: unknown) => {
-    repairs.failed ??= error instanceof Error ? error : new Error(String(error));
-  });
+  await options.io.syncDirectory(directory);
   const keep = async (base: number, active: boolean): Promise<{ segment: Segment; table: SegmentTable }> => {
     const result = await openSegment(directory, base, active, options, repairs);
     opened.push(result);

@@ -255,6 +255,10 @@ export class EmbeddedStoreCore implements EventStore {
     while (this.flushRunning) await this.flushDone;
     this.wakeWaiters();
     await Promise.allSettled([...this.sealing]);
+    await this.tailCut;
+    await this.resuming?.catch(() => undefined);
+    // A stop after a failed write leaves nothing of the failed batch for the next start.
+    if (this.failure !== null) await this.cutBack(this.active()).catch(() => undefined);
     if (this.failure === null) await this.writeActiveCheckpoint();
     await Promise.all(this.segments.map((segment) => segment.retire()));
   }

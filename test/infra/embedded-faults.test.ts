@@ -146,3 +146,40 @@ describe('embedded log under faults', () => {
     }
   });
 });
+
+describe('embedded log: reads during a compaction', () => {
+  it('never reads a compacted copy with the old offsets, even when the old file was closed for other reads', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'hhc-embedded-faults-'));
+    let now = Date.UTC(2030, 0, 1);
+    const base = { now: () => now, segmentBytes: 600, reclaimIntervalMs: 0, log: () => undefined, onTornTail: () => undefined };
+    try {
+      const store = await openEmbeddedEventStore(dir, base);
+      await store.setStreamMaxAge('heartbeat-1', 60);
+      for (let i = 0; i < 3; i++) await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
+      await store.append('device-a', [newEvent('Target')], 'no_stream');
+      // Enough other segments that reading them all closes the least recently read files.
+      for (let i = 0; i < 300; i++) await store.append('device-fill', [newEvent(`F${i}`)], 'any');
+      await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
+      await store.close();
+      now += 3_600_000;
+      let seen: string[] | Error = [];
+      let compactions = 0;
+      let reopened: EmbeddedEventStore | null = null;
+      reopened = await openEmbeddedEventStore(dir, {
+        ...base,
+        compactionHook: async (step) => {
+          if (step !== 'renamed' || compactions++ > 0 || reopened === null) return;
+          // Between the rename and the swap: read through every other segment, then the one being replaced.
+          await readAll(reopened.readStream('device-fill'));
+          seen = await types(reopened, 'device-a').catch((error: unknown) => error as Error);
+        },
+      });
+      const result = await reopened.reclaimExpired();
+      expect(result.eventsReclaimed).toBeGreaterThan(0);
+      expect(seen).toEqual(['Target']);
+      await reopened.close();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -339,6 +339,10 @@ export class EmbeddedStoreCore implements EventStore {
   private async startSegment(base: number): Promise<void> {
     const sealed = this.active();
     const sealedTable = this.activeTable;
+    // A sealed segment ends exactly at its last append on disk too: nothing a failed write
+    // or a write probe left behind may be read later as damage in a sealed segment.
+    await sealed.handle.truncate(sealed.size);
+    await sealed.handle.datasync();
     const handle = await createSegmentFile(this.options.io, this.directory, { base, generation: 0 });
     this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, this.pool)];
     this.activeTable = new SegmentTable(base, SEGMENT_HEADER_SIZE);

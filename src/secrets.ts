@@ -22,7 +22,7 @@ function generate(): Secrets {
  * valid across restarts. Values from the environment always win.
  */
 export function resolveEmbeddedSecrets(config: EmbeddedConfig): { secrets: Secrets; file: string } {
-  mkdirSync(config.dataDir, { recursive: true });
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   const file = join(config.dataDir, 'secrets.json');
   let stored: Secrets;
   if (existsSync(file)) {

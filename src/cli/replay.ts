@@ -74,7 +74,7 @@ async function openEventStore(config: Config): Promise<Opened> {
   } catch (error) {
     if (error instanceof EventStoreLockedError) {
       throw new CliFailure(
-        `The service (process ${error.ownerPid}) has ${config.dataDir} open; the embedded log is opened by one process at a time.\n` +
+        `The service (${error.holder}) has ${config.dataDir} open; the embedded log is opened by one process at a time.\n` +
           'Ask the running service instead: GET /api/v1/devices/:id/history and /state, and ' +
           'POST /api/v1/admin/read-models/rebuild (admin), or stop it first.',
       );

@@ -140,7 +140,7 @@ async function main(argv: string[]): Promise<number> {
   } catch (error) {
     if (error instanceof EventStoreLockedError) {
       process.stderr.write(
-        `The service is running on this DATA_DIR (process ${error.ownerPid}); the event log is opened by one process at a time.\n` +
+        `The service is running on this DATA_DIR (${error.holder}); the event log is opened by one process at a time.\n` +
           'Stop it and run this again, or create the user through POST /api/v1/auth/sync-customer with the key in DATA_DIR/secrets.json.\n',
       );
       return 1;

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { appendFile, mkdtemp, open, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
+import { appendFile, mkdtemp, open, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import * as zlib from 'node:zlib';
@@ -359,7 +359,7 @@ describe('embedded event log', () => {
       const store = await openStore(dir);
 
       expect((await store.append('s', [newEvent('First')], 'no_stream')).nextExpectedRevision).toBe(0n);
-      expect(await readFile(join(dir, LOCK_FILE_NAME), 'utf8')).toMatch(new RegExp(`^${process.pid} \\d+\\n$`));
+      expect(JSON.parse(await readFile(join(dir, LOCK_FILE_NAME), 'utf8'))).toMatchObject({ pid: process.pid });
     });
 
     it('takes over at once from a process killed with SIGKILL that its parent has not reaped yet (a zombie)', async () => {
@@ -380,9 +380,10 @@ describe('embedded event log', () => {
           shell.once('exit', () => fail(new Error(`the opener exited: ${output.join('')}`)));
         });
         const pid = Number.parseInt(output.join('').trim().split('\n')[0] ?? '', 10);
-        expect((await readFile(join(dir, LOCK_FILE_NAME), 'utf8')).startsWith(`${pid} `)).toBe(true);
+        expect(JSON.parse(await readFile(join(dir, LOCK_FILE_NAME), 'utf8'))).toMatchObject({ pid });
         process.kill(pid, 'SIGKILL');
-        for (let i = 0; i < 100 && !(await readFile(`/proc/${pid}/stat`, 'utf8')).includes(') Z '); i++) {
+        // A zombie: its threads have all exited (so its files are closed), its parent has not reaped it.
+        for (let i = 0; i < 500 && !((await readFile(`/proc/${pid}/stat`, 'utf8')).includes(') Z ') && (await readdir(`/proc/${pid}/task`)).length === 1); i++) {
           await new Promise((r) => setTimeout(r, 10));
         }
         expect(await readFile(`/proc/${pid}/stat`, 'utf8')).toContain(') Z ');
@@ -402,11 +403,12 @@ describe('embedded event log', () => {
       expect(await store.headPosition()).toBeNull();
     });
 
-    it('still refuses a live owner', async () => {
+    it('does not take the pid in the file for the holder: a live process named there holds nothing (test/infra/embedded-lock.test.ts)', async () => {
       const dir = await dataDirectory();
       const start = (await readFile(`/proc/${process.ppid}/stat`, 'utf8')).split(') ')[1]?.split(' ')[19];
       await writeFile(join(dir, LOCK_FILE_NAME), `${process.ppid} ${start}\n`);
-      await expect(openEmbeddedEventStore(dir)).rejects.toBeInstanceOf(EventStoreLockedError);
+      const store = await openStore(dir);
+      expect(await store.headPosition()).toBeNull();
     });
   });
 

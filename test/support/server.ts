@@ -19,8 +19,10 @@ export interface ServerProcess {
  * its "service started" log line. Use it for tests that restart, kill or run several
  * API processes.
  */
-export async function startServerProcess(env: Record<string, string>, timeoutMs = 30_000): Promise<ServerProcess> {
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'main.ts')], {
+export async function startServerProcess(env: Record<string, string>, timeoutMs = 30_000, prefix: readonly string[] = []): Promise<ServerProcess> {
+  // `prefix`: a command that runs the service, e.g. `unshare --pid --fork` for a pid namespace of its own.
+  const command = [...prefix, process.execPath, '--import', 'tsx', join(ROOT, 'src', 'main.ts')];
+  const child: ChildProcess = spawn(command[0] as string, command.slice(1), {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

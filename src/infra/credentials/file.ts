@@ -41,7 +41,7 @@ function parseLine(text: string): Line | null {
 const key = (userId: string, version: number): string => `${userId}\u0000${version}`;
 
 export async function openFileCredentialStore(dataDir: string): Promise<CredentialStore> {
-  await fs.mkdir(dataDir, { recursive: true });
+  await fs.mkdir(dataDir, { recursive: true, mode: 0o700 });
   const file = join(dataDir, CREDENTIALS_FILE);
   const hashes = new Map<string, string>();
 

@@ -43,8 +43,23 @@ export function temporaryFile(file: string): string {
   return `${file}.tmp`;
 }
 
-/** Writes the snapshot atomically (see the top of this file); returns the bytes written. */
-export async function writeSnapshotFile(file: string, header: SnapshotHeader, body: unknown): Promise<number> {
+/** What a snapshot write needs of the file it writes (a FileHandle; tests pass one that fails). */
+export interface SnapshotSink {
+  write(buffer: Uint8Array, offset: number, length: number, position: number): Promise<{ bytesWritten: number }>;
+  sync(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Creates (or empties) the temporary file, owner-only: it holds personal data (decisions §1). */
+const openTemporary = (file: string): Promise<SnapshotSink> => fs.open(file, 'w', 0o600);
+
+/**
+ * Writes the snapshot atomically (see the top of this file); returns the bytes written. Every
+ * byte count is checked: a write that stops short (a full disk can end one with a partial
+ * count and no error) is continued, and one that makes no progress fails. On any failure the
+ * temporary file is removed and the previous snapshot stays as it was.
+ */
+export async function writeSnapshotFile(file: string, header: SnapshotHeader, body: unknown, open: (file: string) => Promise<SnapshotSink> = openTemporary): Promise<number> {
   const bodyBytes = Buffer.from(JSON.stringify(body), 'utf8');
   const sha256 = createHash('sha256').update(bodyBytes).digest('hex');
   const headerLine = Buffer.from(
@@ -52,16 +67,34 @@ export async function writeSnapshotFile(file: string, header: SnapshotHeader, bo
     'utf8',
   );
   const temporary = temporaryFile(file);
-  const handle = await fs.open(temporary, 'w');
   try {
-    await handle.writev([headerLine, bodyBytes]);
-    await handle.sync();
-  } finally {
-    await handle.close();
+    const handle = await open(temporary);
+    try {
+      await writeAll(handle, headerLine, 0);
+      await writeAll(handle, bodyBytes, headerLine.length);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+  } catch (error) {
+    await fs.rm(temporary, { force: true }).catch(() => undefined);
+    throw error;
   }
   await fs.rename(temporary, file);
   await syncDirectory(path.dirname(file));
   return headerLine.length + bodyBytes.length;
+}
+
+/** Writes every byte of `bytes` at `position`, continuing after partial writes; fails on one that writes nothing. */
+async function writeAll(sink: SnapshotSink, bytes: Buffer, position: number): Promise<void> {
+  let written = 0;
+  while (written < bytes.length) {
+    const { bytesWritten } = await sink.write(bytes, written, bytes.length - written, position + written);
+    if (!Number.isSafeInteger(bytesWritten) || bytesWritten <= 0 || bytesWritten > bytes.length - written) {
+      throw new Error(`snapshot write stopped short: ${written} of ${bytes.length} bytes at ${position} written, then ${bytesWritten} (is the disk full?)`);
+    }
+    written += bytesWritten;
+  }
 }
 
 async function syncDirectory(directory: string): Promise<void> {

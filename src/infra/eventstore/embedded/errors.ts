@@ -17,11 +17,12 @@ export class CorruptEventLogError extends Error {
 export class EventStoreLockedError extends Error {
   constructor(
     readonly dataDir: string,
-    readonly ownerPid: number,
+    /** Who holds it, as its lock file says (e.g. `process 12 on host a1b2, since …`), or `another process`. */
+    readonly holder: string,
   ) {
     super(
-      `Event store in ${dataDir} is already open (process ${ownerPid}). ` +
-        `If that process is gone, delete ${path.join(dataDir, LOCK_FILE_NAME)}.`,
+      `Event store in ${dataDir} is already open by ${holder}: a data directory is used by one process at a time. ` +
+        `Stop that process first (its lock, ${path.join(dataDir, LOCK_FILE_NAME)}, is released by the system when it exits; there is nothing to delete).`,
     );
     this.name = 'EventStoreLockedError';
   }

@@ -41,15 +41,19 @@ export interface StoreIo {
   syncDirectory(directory: string): Promise<void>;
 }
 
+/** Files the engine creates are the owner's alone, as is the data directory it creates. */
+const FILE_MODE = 0o600;
+const DIRECTORY_MODE = 0o700;
+
 export const nodeIo: StoreIo = {
-  open: (file, mode) => fs.open(file, mode),
+  open: (file, mode) => fs.open(file, mode, FILE_MODE),
   readFile: (file) => fs.readFile(file),
-  writeFile: (file, bytes) => fs.writeFile(file, bytes),
+  writeFile: (file, bytes) => fs.writeFile(file, bytes, { mode: FILE_MODE }),
   rename: (from, to) => fs.rename(from, to),
   unlink: (file) => fs.rm(file, { force: true }),
   readdir: (directory) => fs.readdir(directory),
   mkdir: async (directory) => {
-    await fs.mkdir(directory, { recursive: true });
+    await fs.mkdir(directory, { recursive: true, mode: DIRECTORY_MODE });
   },
   syncDirectory: async (directory) => {
     const handle = await fs.open(directory, 'r');

@@ -1,91 +1,124 @@
 /**
- * The lock file that keeps two processes (or two opens in one process) off one data
- * directory, with takeover of locks left by processes that are gone.
+ * The lock that keeps a data directory to one process: `events.lock`, held with a kernel file
+ * lock (a whole-file exclusive lock on an open file description: `fcntl(F_OFD_SETLK)` on Linux,
+ * `flock` on macOS, `LockFileEx` on Windows, through `fs-native-extensions`, whose prebuilt
+ * binaries ship in its npm package).
+ *
+ * - What decides is the kernel lock alone, taken in one atomic step: of any number of
+ *   simultaneous starters exactly one gets it, whichever pid namespace (container) each runs
+ *   in, as long as they see the same file on the same kernel (or a file system that passes
+ *   locks on, as NFSv4 does).
+ * - The kernel drops the lock when its holder's descriptor closes, and so when the holder dies
+ *   in any way (kill -9, OOM): the next start takes it at once, with no stale lock to judge.
+ *   A killed process not yet reaped by its parent (a zombie) has already closed its files.
+ * - The file is never removed, so every starter locks the same inode (removing it while held
+ *   would let a second starter lock a new file of the same name).
+ * - Its content (pid, host name, start time of the holder) is only for the message a refused
+ *   starter prints: a pid says nothing across pid namespaces and is never used to decide.
+ *
+ * Open file description locks belong to one `open()`, not to the process: a second open of
+ * the same directory in the same process is refused as well, and closing another descriptor
+ * of the file (as POSIX `fcntl` locks would) does not drop it. Child processes never inherit
+ * the descriptor (Node opens files close-on-exec).
  */
-import { readFileSync } from 'node:fs';
+import { constants } from 'node:fs';
 import * as fs from 'node:fs/promises';
+import { hostname } from 'node:os';
 import * as path from 'node:path';
+import { tryLock } from 'fs-native-extensions';
 import { EventStoreLockedError, LOCK_FILE_NAME } from './errors';
 import { errorCode } from './files';
 
-/** Data directories this process holds open; tells our own stale lock from a live one. */
-const openDataDirectories = new Set<string>();
+/** Owner-only: files of the data directory hold personal data (decisions §1). */
+export const DATA_FILE_MODE = 0o600;
+export const DATA_DIRECTORY_MODE = 0o700;
 
+/** Takes the directory's lock or throws EventStoreLockedError; the function returned releases it. */
 export async function acquireLock(directory: string): Promise<() => Promise<void>> {
   const lockFile = path.join(directory, LOCK_FILE_NAME);
-  if (openDataDirectories.has(directory)) throw new EventStoreLockedError(directory, process.pid);
-  // Claimed before the first await, so two opens racing in this process cannot both win.
-  openDataDirectories.add(directory);
+  const handle = await fs.open(lockFile, constants.O_RDWR | constants.O_CREAT, DATA_FILE_MODE);
+  let locked: boolean;
   try {
-    return await createLockFile(directory, lockFile);
+    locked = tryLock(handle.fd);
   } catch (error) {
-    openDataDirectories.delete(directory);
+    await handle.close();
+    throw new Error(
+      `Cannot lock ${lockFile} (${errorCode(error) ?? String(error)}): the data directory must be on a file system with file locks, ` +
+        'so that only one process uses it.',
+    );
+  }
+  if (!locked) {
+    const holder = await describeHolder(handle);
+    await handle.close();
+    throw new EventStoreLockedError(directory, holder);
+  }
+  try {
+    await tightenDataDirectory(directory);
+    await recordHolder(handle);
+  } catch (error) {
+    await handle.close();
     throw error;
   }
-}
-
-async function createLockFile(directory: string, lockFile: string): Promise<() => Promise<void>> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      const handle = await fs.open(lockFile, 'wx');
-      try {
-        await handle.writeFile(`${process.pid} ${processStartTime(process.pid) ?? ''}\n`);
-      } finally {
-        await handle.close();
-      }
-      return async () => {
-        await fs.rm(lockFile, { force: true });
-        openDataDirectories.delete(directory);
-      };
-    } catch (error) {
-      if (errorCode(error) !== 'EEXIST') throw error;
-    }
-    const [pidText, startText] = (await fs.readFile(lockFile, 'utf8').catch(() => '')).trim().split(' ');
-    const ownerPid = Number.parseInt(pidText ?? '', 10);
-    // Another process took over the stale lock between our two attempts.
-    if (attempt > 0) throw new EventStoreLockedError(directory, ownerPid);
-    // A lock holding our own pid but not in our registry was left by an earlier process
-    // that had the same pid (common in containers, where the service is often pid 1).
-    if (Number.isInteger(ownerPid) && ownerPid !== process.pid && isLockOwnerAlive(ownerPid, startText)) {
-      throw new EventStoreLockedError(directory, ownerPid);
-    }
-    await fs.rm(lockFile, { force: true });
-  }
+  let released = false;
+  return async () => {
+    if (released) return;
+    released = true;
+    // Closing the descriptor drops the lock; the file stays (see the top of this file).
+    await handle.close();
+  };
 }
 
 /**
- * Whether the process that wrote the lock still runs. A process killed with SIGKILL is a
- * zombie until its parent reaps it: it holds nothing any more, so it does not count (a
- * restart right after a crash must succeed at once). Where /proc tells the start time, a
- * pid reused by another process does not count either.
+ * DATA_DIR is the owner's alone: the directory 0700, every file in it 0600, also those left
+ * by earlier versions (0644 in a 0755 directory) or created under a lax umask. Done by the
+ * holder of the lock, before anything is read.
  */
-function isLockOwnerAlive(pid: number, recordedStart: string | undefined): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (error) {
-    return errorCode(error) === 'EPERM';
+export async function tightenDataDirectory(directory: string): Promise<void> {
+  const notOurs: string[] = [];
+  const tighten = async (target: string, mode: number): Promise<void> => {
+    try {
+      await fs.chmod(target, mode);
+    } catch (error) {
+      const code = errorCode(error);
+      // Owned by another user (e.g. a mounted directory): it cannot be ours to tighten; say so.
+      if (code === 'EPERM') notOurs.push(target);
+      else if (code !== 'ENOENT') throw error;
+    }
+  };
+  await tighten(directory, DATA_DIRECTORY_MODE);
+  for (const entry of await fs.readdir(directory, { withFileTypes: true })) {
+    if (entry.isFile()) await tighten(path.join(directory, entry.name), DATA_FILE_MODE);
   }
-  const stat = procStat(pid);
-  if (stat === null) return true;
-  if (stat.state === 'Z' || stat.state === 'X' || stat.state === 'x') return false;
-  return recordedStart === undefined || recordedStart === '' || recordedStart === stat.startTime;
+  if (notOurs.length > 0) {
+    console.warn(`Data directory ${directory}: could not make ${notOurs.join(', ')} owner-only (owned by another user); other local users may read them.`);
+  }
 }
 
-/** State and start time (clock ticks since boot) of a process, from Linux's /proc; null elsewhere. */
-function procStat(pid: number): { state: string; startTime: string } | null {
-  let text: string;
+/** Who holds the lock, for whoever is refused it. Writing it may fail (a full disk): the lock is held all the same. */
+async function recordHolder(handle: fs.FileHandle): Promise<void> {
+  const text = `${JSON.stringify({ pid: process.pid, host: hostname(), since: new Date().toISOString() })}\n`;
   try {
-    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    await handle.truncate(0);
+    await handle.write(text, 0, 'utf8');
   } catch {
-    return null;
+    // Only the message of a refused starter is poorer for it.
   }
-  // The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
-  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  const state = fields[0];
-  const startTime = fields[19];
-  return state === undefined || startTime === undefined ? null : { state, startTime };
 }
 
-function processStartTime(pid: number): string | null {
-  return procStat(pid)?.startTime ?? null;
+async function describeHolder(handle: fs.FileHandle): Promise<string> {
+  let text = '';
+  try {
+    text = (await handle.readFile('utf8')).trim();
+  } catch {
+    // Unreadable (e.g. locked against reads on Windows): say what we can.
+  }
+  try {
+    const { pid, host, since } = JSON.parse(text) as { pid?: unknown; host?: unknown; since?: unknown };
+    if (typeof pid === 'number' && typeof host === 'string' && typeof since === 'string') {
+      return `process ${pid} on host ${host}, since ${since}`;
+    }
+  } catch {
+    // Still being written by the holder, or a file of an earlier version.
+  }
+  return 'another process';
 }

@@ -1,0 +1,150 @@
+/**
+ * A crash start of the embedded service, measured: fills a DATA_DIR through the API (DEVICES
+ * hubs over USERS accounts, each with a token and HEARTBEATS heartbeats), kills the service
+ * with SIGKILL and starts it again, then prints the time to `service started` and to
+ * `/health/ready` and when each start log line arrived (ms after the spawn).
+ *
+ *   npm run build && DIST=1 npx tsx bench/crash-start.ts
+ *
+ * DIST=1 runs the compiled service (as in production; else through tsx). PROF=<dir> writes a
+ * CPU profile of the restarted process there (node --cpu-prof). KEEP=<dir> keeps a copy of the
+ * crashed DATA_DIR; DATA_FROM=<dir> restarts on a copy of one instead of filling a new one.
+ * SNAPSHOT_INTERVAL_SECONDS and WAIT_MS (a pause before the kill) choose whether a start
+ * snapshot covers the events at the crash.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { cpSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createTokens } from '../src/auth/tokens';
+
+const ROOT = join(__dirname, '..');
+const DEVICES = Number(process.env.DEVICES ?? 3000);
+const HEARTBEATS = Number(process.env.HEARTBEATS ?? 3);
+const USERS = Number(process.env.USERS ?? 30);
+const DIST = process.env.DIST === '1';
+const LIMITS = ['login', 'refresh', 'auth', 'sync', 'register', 'heartbeat', 'general'].map((tier) => `${tier}=10000000/60`).join(',');
+
+interface Running {
+  readonly child: ChildProcess;
+  readonly port: number;
+  readonly lines: { readonly at: number; readonly entry: Record<string, unknown> }[];
+  readonly spawnedAt: number;
+  readonly startedAt: number;
+}
+
+function start(dataDir: string, nodeArgs: string[], env: Record<string, string>): Promise<Running> {
+  const entry = DIST ? [join(ROOT, 'dist', 'main.js')] : ['--import', 'tsx', join(ROOT, 'src', 'main.ts')];
+  const spawnedAt = Date.now();
+  const child = spawn(process.execPath, [...nodeArgs, ...entry], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMITS: LIMITS, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const lines: Running['lines'] = [];
+  let buffered = '';
+  return new Promise((resolve, reject) => {
+    child.stdout?.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const complete = buffered.split('\n');
+      buffered = complete.pop() ?? '';
+      for (const line of complete) {
+        let parsed: Record<string, unknown>;
+        try {
+          parsed = JSON.parse(line) as Record<string, unknown>;
+        } catch {
+          continue;
+        }
+        lines.push({ at: Date.now(), entry: parsed });
+        if (parsed.msg === 'service started') resolve({ child, port: parsed.port as number, lines, spawnedAt, startedAt: Date.now() });
+      }
+    });
+    child.once('exit', (code) => reject(new Error(`the service exited with ${String(code)}`)));
+  });
+}
+
+async function call(base: string, method: string, path: string, options: { token?: string; body?: unknown; headers?: Record<string, string> } = {}): Promise<{ status: number; body: unknown }> {
+  const res = await fetch(`${base}/api/v1${path}`, {
+    method,
+    headers: { 'Content-Type': 'application/json', ...(options.token !== undefined ? { Authorization: `Bearer ${options.token}` } : {}), ...options.headers },
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+  });
+  return { status: res.status, body: await res.json().catch(() => null) };
+}
+
+async function inParallel<T>(items: readonly T[], width: number, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (next < items.length) await work(items[next++] as T);
+    }),
+  );
+}
+
+async function fill(dataDir: string): Promise<void> {
+  const service = await start(dataDir, [], { SNAPSHOT_INTERVAL_SECONDS: process.env.SNAPSHOT_INTERVAL_SECONDS ?? '300' });
+  const base = `http://127.0.0.1:${service.port}`;
+  const secrets = JSON.parse(readFileSync(join(dataDir, 'secrets.json'), 'utf8')) as Parameters<typeof createTokens>[0] & { internalApiKeys: string[] };
+  const tokens = createTokens(secrets);
+  const users: { token: string }[] = [];
+  for (let u = 0; u < USERS; u++) {
+    const synced = await call(base, 'POST', '/auth/sync-customer', {
+      headers: { 'X-Internal-Api-Key': secrets.internalApiKeys[0] ?? '' },
+      body: { id: 1000 + u, first_name: 'Bench', last_name: `${u}`, email: `bench.${u}@example.com`, active: true },
+    });
+    const user = (synced.body as { user: { id: string; email: string } }).user;
+    users.push({ token: tokens.signAccess({ sub: user.id, email: user.email, role: 'user' }) });
+  }
+  const started = Date.now();
+  const devices = Array.from({ length: DEVICES }, (_, i) => ({ uuid: randomUUID(), owner: users[i % USERS] as { token: string } }));
+  await inParallel(devices, 16, async ({ uuid, owner }) => {
+    const registered = await call(base, 'POST', '/devices/register', { token: owner.token, body: { uuid, deviceId: `HUB-${uuid.slice(0, 8)}`, name: 'Hub' } });
+    if (registered.status !== 201) throw new Error(`register answered ${registered.status}`);
+    const token = ((await call(base, 'POST', `/devices/auth/${uuid}`, { token: owner.token })).body as { token: string }).token;
+    for (let h = 0; h < HEARTBEATS; h++) {
+      const beat = await call(base, 'POST', `/devices/heartbeat/${uuid}`, { token, body: {} });
+      if (beat.status >= 300) throw new Error(`heartbeat answered ${beat.status}`);
+    }
+  });
+  console.error(`filled: ${DEVICES} devices × ${HEARTBEATS} heartbeats in ${Date.now() - started} ms`);
+  await new Promise((done) => setTimeout(done, Number(process.env.WAIT_MS ?? 0)));
+  console.error(`start snapshots written before the crash: ${service.lines.filter((line) => line.entry.msg === 'start snapshot written').length}`);
+  service.child.kill('SIGKILL');
+  await new Promise((done) => service.child.once('exit', done));
+  if (process.env.KEEP !== undefined) cpSync(dataDir, process.env.KEEP, { recursive: true });
+}
+
+async function restart(dataDir: string): Promise<void> {
+  const profile = process.env.PROF !== undefined ? ['--cpu-prof', '--cpu-prof-dir', process.env.PROF] : [];
+  const service = await start(dataDir, profile, {});
+  let readyAt: number;
+  for (;;) {
+    const ready = await fetch(`http://127.0.0.1:${service.port}/api/v1/health/ready`).catch(() => null);
+    if (ready?.status === 200) {
+      readyAt = Date.now();
+      break;
+    }
+    await new Promise((done) => setTimeout(done, 20));
+  }
+  console.log(JSON.stringify({ build: DIST ? 'dist' : 'tsx', startedMs: service.startedAt - service.spawnedAt, readyMs: readyAt - service.spawnedAt }));
+  for (const { at, entry } of service.lines) {
+    const { msg, time, level, pid, hostname, service: name, ...rest } = entry;
+    void [time, level, pid, hostname, name];
+    console.log(`${String(at - service.spawnedAt).padStart(6)} ms  ${String(msg)}  ${JSON.stringify(rest).slice(0, 160)}`);
+  }
+  service.child.kill('SIGTERM');
+  await new Promise((done) => service.child.once('exit', done));
+}
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'hhc-crash-start-'));
+  if (process.env.DATA_FROM !== undefined) cpSync(process.env.DATA_FROM, dataDir, { recursive: true });
+  else await fill(dataDir);
+  await restart(dataDir);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});

@@ -45,6 +45,9 @@ async function main(): Promise<void> {
     totals.crashes += result.crashes;
     totals.appends += result.appendsAcknowledged;
     if (!quiet || result.violation !== null) console.log(summary(result));
+    else if ((s - seed + 1) % 10 === 0) {
+      console.log(`progress: seeds ${seed}..${s}, ${totals.ops} ops, ${totals.crashes} crashes, ${totals.appends} appends, ${((Date.now() - started) / 1000).toFixed(0)} s`);
+    }
     if (result.violation === null) continue;
     totals.violations++;
     console.log(`VIOLATION (seed ${s}, step ${result.violation.step}): ${result.violation.message}`);

@@ -1,5 +1,6 @@
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { DomainError, RateLimitedError, ValidationError } from '../domain/errors';
+import { isTransientStoreError } from '../infra/transient';
 import type { Logger } from '../logger';
 
 const STATUS_TEXT: Record<number, string> = {
@@ -24,6 +25,9 @@ export function statusText(status: number): string {
 export function errorBody(status: number, message: string | readonly string[]): Record<string, unknown> {
   return { statusCode: status, message, error: statusText(status) };
 }
+
+/** The message of the 503 answered while a store is unreachable. */
+export const SERVICE_UNAVAILABLE = 'Service unavailable';
 
 const KIND_STATUS: Record<DomainError['kind'], number> = {
   validation: 400,
@@ -87,9 +91,11 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
       res.status(error.status).json(errorBody(error.status, message));
       return;
     }
-    if (isServiceUnavailable(error)) {
+    if (isTransientStoreError(error) || isServiceUnavailable(error)) {
+      // A store unreachable or failing over, or one that cannot write for now (a full disk):
+      // the outage's, not the request's (and not a bug).
       logger.warn({ err: error, requestId: res.getHeader('X-Request-Id'), method: req.method, url: req.originalUrl }, 'store unavailable');
-      res.status(503).json(errorBody(503, 'Service temporarily unavailable'));
+      res.status(503).json(errorBody(503, SERVICE_UNAVAILABLE));
       return;
     }
     logger.error({ err: error, requestId: res.getHeader('X-Request-Id'), method: req.method, url: req.originalUrl }, 'unhandled error');

@@ -29,8 +29,17 @@ export const CORS_EXPOSED_HEADERS = 'X-Request-Id, X-RateLimit-Limit, X-RateLimi
  * and never counted, and every response to the allowed origin, errors and 429s included,
  * carries the CORS headers, with the rate-limit, retry and request-id headers exposed.
  */
+/**
+ * The origin a browser sends for `APP_ORIGIN`: scheme, host and port only (a trailing slash
+ * or a path in the setting would never equal the `Origin` header). HTTP and the tunnel's
+ * Socket.IO CORS both use it.
+ */
+export function appOriginOf(appOrigin: string | undefined): string | undefined {
+  return appOrigin === undefined ? undefined : new URL(appOrigin).origin;
+}
+
 export function cors(appOrigin: string | undefined): RequestHandler {
-  const origin = appOrigin === undefined ? undefined : new URL(appOrigin).origin;
+  const origin = appOriginOf(appOrigin);
   return (req, res, next) => {
     if (origin !== undefined) {
       res.setHeader('Vary', 'Origin');

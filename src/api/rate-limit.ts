@@ -2,6 +2,7 @@ import type { Request, RequestHandler, Response } from 'express';
 import type { ApiKeyMatcher } from '../auth/api-keys';
 import { bearerToken, type Tokens } from '../auth/tokens';
 import type { RateLimiter, Tier } from '../ratelimit/limiter';
+import { tieredRouteOf } from '../ratelimit/routes';
 import { errorBody } from './http-errors';
 
 /**
@@ -23,18 +24,6 @@ export interface RateLimitDeps {
   /** Told of every refusal, for metrics. */
   readonly onRejected?: (tier: Tier) => void;
 }
-
-const PER_IP_AUTH: Readonly<Record<string, Tier>> = {
-  '/api/v1/auth/login': 'login',
-  '/api/v1/auth/refresh': 'refresh',
-  '/api/v1/auth/logout': 'auth',
-  '/api/v1/auth/password-reset/request': 'auth',
-  '/api/v1/auth/password-reset/confirm': 'auth',
-};
-
-const OPS_PATHS = new Set(['/api/v1/health', '/api/v1/health/ready', '/health', '/health/ready', '/metrics']);
-/** A hub's own requests, counted per device in the heartbeat tier: heartbeats and token renewals. */
-const HEARTBEAT = /^\/api\/v1\/devices\/(?:heartbeat\/[^/]+|auth\/[^/]+\/renew)\/?$/;
 
 function token(req: Request): string | null {
   try {
@@ -59,32 +48,36 @@ function accessUser(req: Request, res: Response, tokens: Tokens): string | null 
 
 export function accountingFor(req: Request, res: Response, deps: Pick<RateLimitDeps, 'tokens' | 'matchApiKey'>): Accounting {
   const ip = `ip:${req.ip ?? req.socket.remoteAddress ?? 'unknown'}`;
-  const path = req.path.length > 1 && req.path.endsWith('/') ? req.path.slice(0, -1) : req.path;
-  if (OPS_PATHS.has(path)) return { tier: 'ops', key: ip };
-  const authTier = req.method === 'POST' ? PER_IP_AUTH[path] : undefined;
-  if (authTier !== undefined) return { tier: authTier, key: ip };
-
-  if (req.method === 'POST' && path === '/api/v1/auth/sync-customer') {
-    const keyId = deps.matchApiKey(req.get('X-Internal-Api-Key'));
-    return keyId === null ? { tier: 'auth', key: ip } : { tier: 'sync', key: `key:${keyId}` };
-  }
-  if (req.method === 'POST' && HEARTBEAT.test(path)) {
-    const t = token(req);
-    if (t !== null) {
-      try {
-        const claims = deps.tokens.verifyDevice(t);
-        res.locals.deviceClaims = claims;
-        return { tier: 'heartbeat', key: `device:${claims.deviceUuid}` };
-      } catch {
-        // an invalid device token counts per IP
-      }
+  // The route that will answer, matched as Express matches it (letter case, trailing slash).
+  const route = tieredRouteOf(req.method, req.path);
+  switch (route?.tier) {
+    case 'ops':
+    case 'login':
+    case 'refresh':
+    case 'auth':
+      return { tier: route.tier, key: ip };
+    case 'sync': {
+      const keyId = deps.matchApiKey(req.get('X-Internal-Api-Key'));
+      return keyId === null ? { tier: 'auth', key: ip } : { tier: 'sync', key: `key:${keyId}` };
     }
-    return { tier: 'general', key: ip };
+    case 'heartbeat': {
+      const t = token(req);
+      if (t !== null) {
+        try {
+          const claims = deps.tokens.verifyDevice(t);
+          res.locals.deviceClaims = claims;
+          return { tier: 'heartbeat', key: `device:${claims.deviceUuid}` };
+        } catch {
+          // an invalid device token counts per IP
+        }
+      }
+      return { tier: 'general', key: ip };
+    }
+    default:
+      break;
   }
   const userId = accessUser(req, res, deps.tokens);
-  if (req.method === 'POST' && path === '/api/v1/devices/register' && userId !== null) {
-    return { tier: 'register', key: `user:${userId}` };
-  }
+  if (route?.tier === 'register' && userId !== null) return { tier: 'register', key: `user:${userId}` };
   return { tier: 'general', key: userId !== null ? `user:${userId}` : ip };
 }
 

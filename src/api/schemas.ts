@@ -98,7 +98,7 @@ export const healthResponse = z.object({ status: z.literal('ok'), service: z.lit
 
 export const readinessResponse = z.object({
   status: z.enum(['ok', 'unavailable']),
-  checks: z.record(z.string(), z.object({ status: z.enum(['ok', 'fail']), detail: z.string().optional() })),
+  checks: z.record(z.string(), z.object({ status: z.enum(['ok', 'down', 'lagging', 'failed']) })),
 });
 
 export const userResponse = userSummary.extend({

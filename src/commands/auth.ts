@@ -11,7 +11,6 @@ import type { Mailer } from '../infra/mail/mailer';
 import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import type { LoginOutcome } from '../metrics';
-import { sessionFamily } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
 import { handleCommand, loadAggregate, newCommandContext, type Clock } from './handler';
@@ -68,8 +67,7 @@ export interface LoginResult extends TokenPair {
 
 export interface AuthCommands {
   login(input: { readonly email: string; readonly password: string }, client: ClientInfo, requestId: string): Promise<LoginResult>;
-  /** `receivedAt`: when the request reached the service (a rotation race is judged by it); now when not given. */
-  refresh(refreshToken: string, client: ClientInfo, requestId: string, receivedAt?: Date): Promise<TokenPair>;
+  refresh(refreshToken: string, client: ClientInfo, requestId: string): Promise<TokenPair>;
   logout(caller: AccessClaims, requestId: string): Promise<void>;
   /** Returns at once: the lookup, the event and the mail happen in the background. */
   requestPasswordReset(email: string, requestId: string): void;
@@ -77,6 +75,9 @@ export interface AuthCommands {
   /** Resolves when the background work started so far has finished. */
   drain(): Promise<void>;
 }
+
+/** The stand-in read when a login names no user: a user id no account ever has (ids are random v4 uuids). */
+const NO_USER_ID = '00000000-0000-0000-0000-000000000000';
 
 /** A reset token is `<userId>.<32 random bytes, base64url>`: the id finds the user's stream. */
 const RESET_TOKEN = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.[A-Za-z0-9_-]{43}$/;
@@ -111,12 +112,18 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
   };
 
   /**
-   * Whether the password is the user's, at the cost of one verification whatever the
-   * case: no such user, no password of its own yet (a synced user), or a wrong one.
+   * Whether the password is the user's. The same work whatever the case — no such user, no
+   * password of its own yet (a synced user), or a wrong one: one read of the credential store
+   * (a stand-in's key when there is nothing to read) and one verification.
    */
   const passwordMatches = async (user: ExistingUser | null, password: string): Promise<boolean> => {
-    const hash = user !== null && user.passwordVersion > 0 ? await credentials.get(user.userId, user.passwordVersion) : null;
-    return hash === null ? hasher.verifyNothing(password) : hasher.verify(hash, password);
+    const own = user !== null && user.passwordVersion > 0;
+    const hash = await credentials.get(own ? user.userId : NO_USER_ID, own ? user.passwordVersion : 1);
+    if (!own || hash === null) {
+      await hasher.verifyNothing(password);
+      return false;
+    }
+    return hasher.verify(hash, password);
   };
 
   const issueTokens = (user: { userId: string; email: string }, familyId: string, jti: string): TokenPair => ({
@@ -157,14 +164,15 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
   };
 
   const login = async ({ email, password }: { readonly email: string; readonly password: string }, client: ClientInfo, requestId: string): Promise<LoginResult> => {
+    // An unknown e-mail does the reads a known one does (a stream, a credential, one hash),
+    // so the time a login takes does not tell which addresses have accounts (decisions §3).
     const userId = await findUserIdByEmail(email);
-    const loaded = userId === null ? null : await loadUser(userId);
-    const user = loaded !== null && loaded.state.exists ? loaded.state : null;
+    const loaded = await loadUser(userId ?? NO_USER_ID);
+    const user = userId !== null && loaded.state.exists ? loaded.state : null;
     const matches = await passwordMatches(user, password);
-    if (user === null) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
-    // Inactive is said whatever the password: the CRM, not the password, decides it.
+    if (user === null || !matches) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
+    // Only the right password learns that the account is inactive.
     if (!user.isActive) throw new ForbiddenError(AUTH_MESSAGES.inactive);
-    if (!matches) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
 
     const { familyId, jti } = await sessions.open(user.userId, client, newCommandContext(userActor(user.userId), requestId));
     return {
@@ -191,19 +199,17 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
       }
     },
 
-    async refresh(refreshToken, client, requestId, receivedAt) {
-      const requestedAt = (receivedAt ?? clock.now()).toISOString();
+    async refresh(refreshToken, client, requestId) {
       const claims = tokens.verifyRefresh(refreshToken);
       const ctx = newCommandContext(userActor(claims.sub), requestId);
-      const [user, family] = await Promise.all([users().get(claims.sub), sessionFamily(readStore, claims.fam)]);
+      const user = await users().get(claims.sub);
       // Deactivation revokes the families it finds; this also closes the race with a login
       // that opened one meanwhile.
       if (user === null || !user.isActive) {
         await sessions.revokeFamily(claims.fam, 'deactivated', ctx);
         throw new UnauthorizedError(TOKEN_MESSAGES.revokedRefresh);
       }
-      const wasCurrent = family !== null && family.currentJti === claims.jti;
-      const issued = await sessions.rotate({ familyId: claims.fam, jti: claims.jti, requestedAt, wasCurrent }, client, ctx);
+      const issued = await sessions.rotate({ familyId: claims.fam, jti: claims.jti }, client, ctx);
       return issueTokens({ userId: user.id, email: user.email }, claims.fam, issued.jti);
     },
 

@@ -13,12 +13,12 @@ import {
   type JsonObject,
   type RecordHeartbeat,
 } from '../domain/device';
-import { NotFoundError, UnauthorizedError } from '../domain/errors';
+import { ConflictError, NotFoundError, UnauthorizedError } from '../domain/errors';
 import { deviceStream, heartbeatStream } from '../domain/events';
 import { USER_MESSAGES } from '../domain/user';
 import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
-import { countOwnedDevices } from '../projections/devices';
+import { countOwnedDevices, findDeviceByInternalId } from '../projections/devices';
 import { findUserByEmail } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
 import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
@@ -142,7 +142,9 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
       // racing at the limit can both pass and leave them one (or a few) over it. Exactness
       // would need every ownership change of every device serialized through one per-user
       // stream; the limit guards against runaway accounts, not against a device too many.
-      const ownedDeviceCount = await countOwnedDevices(readStore, actorUserId);
+      const [ownedDeviceCount, shadowed] = await Promise.all([countOwnedDevices(readStore, actorUserId), findDeviceByInternalId(readStore, input.uuid)]);
+      // A uuid that is another device's internal id would make `/devices/<id>` ambiguous (decisions §4).
+      if (shadowed !== null && shadowed.uuid !== input.uuid) throw new ConflictError(DEVICE_MESSAGES.alreadyRegistered);
       const result = await run(
         input.uuid,
         {

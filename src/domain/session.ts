@@ -11,6 +11,12 @@ import { ConflictError, UnauthorizedError } from './errors';
 
 export const REFRESH_TOKEN_TTL_SECONDS = 30 * 24 * 60 * 60;
 
+/**
+ * A rotated token presented again within this long of its rotation lost a race to a
+ * concurrent refresh (refused, the family kept); later, it is reuse (decisions §3).
+ */
+export const REFRESH_RACE_WINDOW_MS = 5_000;
+
 export const SESSION_MESSAGES = {
   invalid: 'Invalid refresh token',
   expired: 'Refresh token has expired',
@@ -27,6 +33,8 @@ export interface RefreshRecord {
   readonly issuedAt: string;
   readonly expiresAt: string;
   readonly replacedBy: string | null;
+  /** When it was rotated (the `RefreshRotated` event's time), or null while it was not. */
+  readonly rotatedAt: string | null;
 }
 
 export interface OpenSession {
@@ -62,6 +70,8 @@ export type RotateRefresh = Command<
     /** The jti of the token that replaces it. */
     readonly newJti: string;
     readonly now: string;
+    /** How long after a rotation a second presentation is a lost race; REFRESH_RACE_WINDOW_MS unless given. */
+    readonly raceWindowMs?: number;
   } & ClientInfo
 >;
 
@@ -140,7 +150,8 @@ function decideIssue(command: IssueRefresh, state: SessionState): SessionEvent[]
 }
 
 /**
- * Order of the checks: unknown → expired → revoked → rotated (reuse) → active. Expiry
+ * Order of the checks: unknown → expired → revoked → rotated (a lost race within
+ * REFRESH_RACE_WINDOW_MS of the rotation, else reuse) → active. Expiry
  * comes first to agree with the JWT check at the edge, which refuses an expired token
  * before this decider sees it.
  */
@@ -152,6 +163,12 @@ function decideRotate(command: RotateRefresh, state: SessionState): SessionEvent
   if (state.revoked || token.status === 'revoked') throw new UnauthorizedError(SESSION_MESSAGES.revoked);
 
   if (token.status === 'rotated') {
+    // Presented again soon after its rotation: a concurrent refresh that lost, whatever its
+    // connection or process (the rotation time comes from the event). The family lives on.
+    const window = c.raceWindowMs ?? REFRESH_RACE_WINDOW_MS;
+    if (token.rotatedAt !== null && Date.parse(c.now) - Date.parse(token.rotatedAt) < window) {
+      throw new UnauthorizedError(SESSION_MESSAGES.revoked);
+    }
     return [
       {
         type: 'RefreshReuseDetected',
@@ -245,13 +262,14 @@ export function evolveSession(state: SessionState, event: SessionEvent): Session
         issuedAt: e.issuedAt,
         expiresAt: e.expiresAt,
         replacedBy: null,
+        rotatedAt: null,
       });
     }
     case 'RefreshRotated': {
       if (!state.exists) return state;
       const token = state.tokens[event.data.jti];
       if (token === undefined) return state;
-      return withToken(state, { ...token, status: 'rotated', replacedBy: event.data.replacedBy });
+      return withToken(state, { ...token, status: 'rotated', replacedBy: event.data.replacedBy, rotatedAt: event.data.rotatedAt });
     }
     case 'RefreshReuseDetected':
       // Recorded for auditors; the revocation that follows changes the state.

@@ -402,8 +402,11 @@ export function evolveUser(state: UserState, event: UserEvent): UserState {
           passwordVersion: 0,
           pendingReset: null,
         };
+    // A new e-mail ends any pending reset token: it was sent to the old mailbox.
+    const emailChanged = state.exists && state.email !== e.email;
     return {
       ...base,
+      ...(emailChanged ? { pendingReset: null } : {}),
       syncId: e.syncId,
       email: e.email,
       firstName: e.firstName,

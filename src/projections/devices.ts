@@ -166,12 +166,24 @@ export function roleOf(doc: DeviceDoc, userId: string): DeviceRole | null {
   return doc.users.find((u) => u.userId === userId)?.role ?? null;
 }
 
-/** A device by its uuid or by its internal id (every `/devices/:id` path accepts both). */
-export async function findDevice(store: ReadStore, idOrUuid: string): Promise<DeviceDoc | null> {
-  const byUuid = await devices(store).get(idOrUuid);
-  if (byUuid !== null) return byUuid;
-  const [byId] = await devices(store).find({ where: { internalId: idOrUuid }, limit: 1 });
+/** The device whose internal id this is, if any. */
+export async function findDeviceByInternalId(store: ReadStore, internalId: string): Promise<DeviceDoc | null> {
+  const [byId] = await devices(store).find({ where: { internalId }, limit: 1 });
   return byId ?? null;
+}
+
+/**
+ * A device by its internal id or by its uuid (every `/devices/:id` path accepts both). The
+ * internal id is tried first: the uuid is the registrant's choice, so a uuid equal to another
+ * device's internal id must never shadow that device (decisions §4).
+ */
+export async function findDevice(store: ReadStore, idOrUuid: string): Promise<DeviceDoc | null> {
+  return (await findDeviceByInternalId(store, idOrUuid)) ?? (await devices(store).get(idOrUuid));
+}
+
+/** A device by its uuid only (a device token names its uuid, never an internal id). */
+export function findDeviceByUuid(store: ReadStore, uuid: string): Promise<DeviceDoc | null> {
+  return devices(store).get(uuid);
 }
 
 /** Devices the user owns (active owner links): what MAX_DEVICES_PER_USER limits. */

@@ -90,10 +90,25 @@ export async function createRedisWatermark(
       // A malformed message on our channel is ignored; the checkpoint poll covers it.
     }
   });
-  await subscriber.subscribe(CHANNEL);
-
-  const stored = await readStore.getCheckpoint(CHECKPOINT_NAME);
-  if (stored !== null) local.advance(parsePosition(stored));
+  // Subscribe only on a ready connection, and again at every ready (after any reconnection),
+  // then read the stored checkpoint for what was published while not subscribed. ioredis
+  // writes a SUBSCRIBE issued between the TCP connect and its own ready check (an `INFO`);
+  // the connection is then in subscriber mode, the ready check is refused ("Connection in
+  // subscriber mode"), and the connection is reopened without the subscription (ioredis
+  // resubscribes only connections that had been ready), while the SUBSCRIBE had already
+  // succeeded: this process would never hear the projector again.
+  const follow = async (): Promise<void> => {
+    await subscriber.subscribe(CHANNEL);
+    const stored = await readStore.getCheckpoint(CHECKPOINT_NAME);
+    if (stored !== null) local.advance(parsePosition(stored));
+  };
+  const onReady = (): void => {
+    follow().catch(() => undefined);
+  };
+  subscriber.on('ready', onReady);
+  // (Not `events.once`: an 'error' while Redis is still unreachable must not end the wait.)
+  if (subscriber.status !== 'ready') await new Promise<void>((resolve) => subscriber.once('ready', () => resolve()));
+  await follow();
 
   const poller = setInterval(() => {
     if (waiting === 0) return;
@@ -129,6 +144,7 @@ export async function createRedisWatermark(
     },
     async close() {
       clearInterval(poller);
+      subscriber.off('ready', onReady);
       // Redis away: the command would wait for it; the subscription ends with the connection anyway.
       if (subscriber.status === 'ready') await subscriber.unsubscribe(CHANNEL).catch(() => undefined);
       await local.close();

@@ -50,6 +50,8 @@ export interface Decision {
 
 export interface RateLimiter {
   consume(tier: Tier, key: string): Promise<Decision>;
+  /** Gives back one point consumed (what turned out not to count); a store error is ignored. */
+  refund?(tier: Tier, key: string): Promise<void>;
   limitOf(tier: Tier): TierLimit;
 }
 
@@ -113,6 +115,15 @@ function build(
   let pausedUntil = 0;
   return {
     limitOf: (tier) => limits[tier],
+    async refund(tier, key) {
+      if (Date.now() < pausedUntil) return;
+      const limiter = limiters.get(tier) as RateLimiterAbstract;
+      try {
+        await within(limiter.reward(key, 1), guard?.timeoutMs ?? null);
+      } catch (rejection) {
+        onStoreError(tier, rejection instanceof Error ? rejection : new Error(String(rejection)));
+      }
+    },
     async consume(tier, key) {
       const limit = limits[tier];
       const limiter = limiters.get(tier) as RateLimiterAbstract;

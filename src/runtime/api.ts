@@ -1,4 +1,5 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import proxyaddr from 'proxy-addr';
 import type { Config } from '../config';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
@@ -18,6 +19,7 @@ import type { DeviceState } from '../domain/device';
 import { createLogMailer, createSmtpMailer } from '../infra/mail/mailer';
 import { allProjections } from '../projections';
 import { createMemoryRateLimiter, createRedisRateLimiter, type Tier } from '../ratelimit/limiter';
+import { handshakeLimiterFrom } from '../tunnel/handshake-limit';
 import { tunnelLimiterFrom } from '../tunnel/limiter';
 import { createTunnel, DEFAULT_TUNNEL_OPTIONS } from '../tunnel/tunnel';
 import type { Infrastructure } from './adapters';
@@ -103,29 +105,33 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
       ? createMemoryRateLimiter(config.rateLimits)
       : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics));
 
-  const server = createServer(
-    createApp({
-      rateLimit: rateLimit({
-        limiter,
-        tokens,
-        matchApiKey: createApiKeyMatcher(infra.secrets.internalApiKeys),
-        onRejected: (tier) => metrics.rateLimitRejections.inc({ tier }),
-      }),
-      metrics,
-      logger,
-      appOrigin: config.appOrigin,
-      trustProxy: config.trustProxy,
-      health: { readiness },
-      auth: { internalApiKeys: infra.secrets.internalApiKeys, users, auth, tokens },
-      users: { tokens, readStore: infra.readStore, adminEmails: config.adminEmails },
-      devices: { tokens, readStore: infra.readStore, devices },
-      audit: { tokens, readStore: infra.readStore, eventStore: infra.eventStore, clock },
-      admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
+  const app = createApp({
+    rateLimit: rateLimit({
+      limiter,
+      tokens,
+      matchApiKey: createApiKeyMatcher(infra.secrets.internalApiKeys),
+      onRejected: (tier) => metrics.rateLimitRejections.inc({ tier }),
     }),
-  );
+    metrics,
+    logger,
+    appOrigin: config.appOrigin,
+    trustProxy: config.trustProxy,
+    health: { readiness },
+    auth: { internalApiKeys: infra.secrets.internalApiKeys, users, auth, tokens },
+    users: { tokens, readStore: infra.readStore, adminEmails: config.adminEmails },
+    devices: { tokens, readStore: infra.readStore, devices },
+    audit: { tokens, readStore: infra.readStore, eventStore: infra.eventStore, clock },
+    admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
+  });
+  const server = createServer(app);
+  // The tunnel's client IP is HTTP's: the same proxy trust (TRUST_PROXY) as Express applies.
+  const trust = app.get('trust proxy fn') as Parameters<typeof proxyaddr>[1];
+  const clientIp = (request: IncomingMessage): string => proxyaddr(request, trust);
   const tunnel = await createTunnel(server, {
     tokens,
     limiter: tunnelLimiterFrom(limiter, (tier) => metrics.rateLimitRejections.inc({ tier })),
+    handshakeLimiter: handshakeLimiterFrom(limiter, (tier) => metrics.rateLimitRejections.inc({ tier })),
+    clientIp,
     eventStore: infra.eventStore,
     readStore: infra.readStore,
     logger,

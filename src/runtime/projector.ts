@@ -7,8 +7,17 @@ import { createRedisLease, delay } from '../projections/lease';
 import type { Watermark } from '../projections/watermark';
 import { PROJECTOR_LEASE_KEY, type Infrastructure } from './adapters';
 
-/** After the projector stopped or failed, this long before this process bids for the lease again. */
+/** After the lease was lost, this long before this process bids for it again. */
 const PROJECTOR_RETRY_MS = 1000;
+/** After a failure (a store unreachable, say), the first wait before the projector starts again from its checkpoint. */
+const RESTART_FIRST_MS = 500;
+/** The waits double with each failure in a row up to this bound, and start over once a projector has caught up. */
+const RESTART_MAX_MS = 15_000;
+
+/** How long to wait before restarting after `failuresInARow` failures (1, 2, ...). */
+export function restartDelayMs(failuresInARow: number): number {
+  return Math.min(RESTART_MAX_MS, RESTART_FIRST_MS * 2 ** Math.max(0, failuresInARow - 1));
+}
 
 export interface ProjectorRole {
   /** Embedded: resolves once the read models have caught up with the log. Distributed: at once. */
@@ -59,19 +68,66 @@ export function startProjectorRole(config: Config, infra: Infrastructure, logger
     onError: (error: unknown) => logger.error({ err: error instanceof Error ? error.message : String(error) }, 'projector failed'),
   };
 
+  const errorMessage = (error: unknown): string => (error instanceof Error ? error.message : String(error));
+  const abort = new AbortController();
+  let active: Projector | null = null;
+  let failuresInARow = 0;
+  /** A projector that catches up ends a run of failures. */
+  const started = (projector: Projector): Projector => {
+    void projector.caughtUp.then(() => {
+      if (projector.progress().caughtUp) failuresInARow = 0;
+    });
+    return projector;
+  };
+  /** After a failure: logged, then a wait that grows with the failures in a row (bounded). */
+  const backOff = async (): Promise<void> => {
+    failuresInARow += 1;
+    const waitMs = restartDelayMs(failuresInARow);
+    logger.warn({ failuresInARow, waitMs }, 'projector restarting');
+    await delay(waitMs, abort.signal);
+  };
+
   if (config.mode === 'embedded' || infra.redis === null) {
-    const started = infra.readModels.startProjector(projections, options).then(reportProgress(logger));
+    // One process: the projector runs from the start; one that fails (an I/O error reading
+    // the log, say) starts again from the checkpoint of the read models after a wait.
+    let resolveReady: () => void = () => undefined;
+    const ready = new Promise<void>((resolve) => (resolveReady = resolve));
+    const loop = (async () => {
+      while (!abort.signal.aborted) {
+        try {
+          const projector = started(reportProgress(logger)(await infra.readModels.startProjector(projections, options)));
+          active = projector;
+          // The API waits for the first catch-up (or the first failure, as before any restart).
+          void projector.caughtUp.then(resolveReady);
+          await projector.done;
+          return; // stopped by stop()
+        } catch (error) {
+          // Failures of a running projector were logged by its onError.
+          if (active === null) logger.error({ err: errorMessage(error) }, 'projector failed');
+          resolveReady();
+        } finally {
+          const failed = active;
+          active = null;
+          if (failed !== null && !abort.signal.aborted) await failed.stop().catch(() => undefined);
+        }
+        if (abort.signal.aborted) return;
+        await backOff();
+      }
+    })();
     return {
-      ready: started.then((p) => p.caughtUp),
+      ready,
       current: () => null,
-      stop: async () => (await started).stop(),
+      stop: async () => {
+        abort.abort();
+        const p = active;
+        active = null;
+        if (p !== null) await p.stop();
+        await loop;
+      },
     };
   }
 
   const lease = createRedisLease(infra.redis, PROJECTOR_LEASE_KEY, config.projectorLeaseMs);
-  const abort = new AbortController();
-  let active: Projector | null = null;
-  const errorMessage = (error: unknown): string => (error instanceof Error ? error.message : String(error));
   const loop = (async () => {
     while (!abort.signal.aborted) {
       try {
@@ -79,23 +135,37 @@ export function startProjectorRole(config: Config, infra: Infrastructure, logger
       } catch {
         return; // aborted: the role is stopping
       }
+      let failed = false;
       try {
         logger.info({ owner: lease.owner }, 'projector lease acquired');
-        const projector = reportProgress(logger)(await infra.readModels.startProjector(projections, options));
+        const projector = started(reportProgress(logger)(await infra.readModels.startProjector(projections, options)));
         active = projector;
-        await Promise.race([lease.lost(), projector.done.catch(() => undefined)]);
+        const outcome = await Promise.race([
+          lease.lost().then(() => 'lost' as const),
+          projector.done.then(
+            () => 'stopped' as const,
+            () => 'failed' as const,
+          ),
+        ]);
+        failed = outcome === 'failed';
         active = null;
         await projector.stop();
       } catch (error) {
-        // The read store unreachable at start or at the last checkpoint: give the lease up, try again.
+        // The read store unreachable at start or at the last checkpoint.
+        failed = true;
         logger.error({ err: errorMessage(error) }, 'projector failed');
       } finally {
         active = null;
+        // Given up either way, so that a standby may take over while this one waits.
         await lease.release().catch(() => undefined);
       }
       if (abort.signal.aborted) return;
-      logger.warn('projector lease lost or projector stopped; standing by');
-      await delay(PROJECTOR_RETRY_MS, abort.signal);
+      if (failed) {
+        await backOff();
+      } else {
+        logger.warn('projector lease lost or projector stopped; standing by');
+        await delay(PROJECTOR_RETRY_MS, abort.signal);
+      }
     }
   })();
   return {

@@ -46,8 +46,9 @@ export function createAppSockets(ctx: TunnelContext, runner: EventRunner, device
   };
 
   const subscribe = async (session: AppSession, input: unknown): Promise<SubscribeAck> => {
-    const { deviceUuid: uuid } = parse(subscribeRequest, input);
+    // Counted before it is validated: an invalid subscribe costs a point like any other.
     await runner.consume(session, 'subscribe');
+    const { deviceUuid: uuid } = parse(subscribeRequest, input);
     const folded = await access.fresh(uuid);
     if (activeRole(folded.state, session.userId) === null) throw notFound();
     if (!session.socket.connected) return { success: false, error: notFound().toPayload() };
@@ -118,8 +119,8 @@ export function createAppSockets(ctx: TunnelContext, runner: EventRunner, device
   };
 
   const send = (session: AppSession, input: unknown): Maybe<MessageAck> => {
-    const message = parse(appMessage, input);
-    return andThen(runner.consume(session, 'message'), () => authorizeAndRelay(session, message));
+    // Counted before it is validated: an invalid message costs a point like any other.
+    return andThen(runner.consume(session, 'message'), () => authorizeAndRelay(session, parse(appMessage, input)));
   };
 
   const failedMessage = (): MessageAck => ({ success: false, delivered: false });

@@ -8,6 +8,7 @@ import type { DeviceSockets } from './devices';
 import { TunnelFailure, TUNNEL_MESSAGES } from './errors';
 import { UNAUTHORIZED, type SubscribeAck, type TunnelError } from './events';
 import type { EventRunner } from './limits';
+import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 
 /**
  * Connections and sessions: the handshake (an access token makes an app socket, a device
@@ -28,6 +29,9 @@ export interface ConnectionDeps {
   readonly runner: EventRunner;
   readonly apps: AppSockets;
   readonly devices: DeviceSockets;
+  /** Failed handshakes per client IP (src/tunnel/handshake-limit.ts). */
+  readonly handshakes: HandshakeLimiter;
+  readonly clientIp: ClientIp;
 }
 
 /** Installs the handshake middleware and the connection handler on the namespace. */
@@ -56,7 +60,16 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
       return;
     }
     const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
-    authenticate(token)
+    const ip = deps.clientIp(socket.request);
+    let counted = false;
+    // Past its IP's limit of failed handshakes, refused before any token check.
+    deps.handshakes
+      .admit(ip)
+      .then((decision) => {
+        if (!decision.allowed) throw new RateLimitedHandshake(decision.retryAfter);
+        counted = true;
+        return authenticate(token);
+      })
       .then(async (auth) => {
         socket.data.auth = auth;
         // A hub is reachable from the moment its client sees `connect` (decisions §5): it
@@ -64,9 +77,15 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
         if (auth.kind === 'device') await devices.admit(socket, auth);
       })
       .then(
-        () => next(),
+        () => {
+          // Only failed handshakes count.
+          deps.handshakes.release(ip);
+          next();
+        },
         (error: unknown) => {
-          if (error instanceof UnauthorizedError) next(handshakeError(UNAUTHORIZED, error.message));
+          if (counted && !(error instanceof UnauthorizedError)) deps.handshakes.release(ip);
+          if (error instanceof RateLimitedHandshake) next(error);
+          else if (error instanceof UnauthorizedError) next(handshakeError(UNAUTHORIZED, error.message));
           // A newer connection of the same device won the claim meanwhile.
           else if (error instanceof TunnelFailure) next(handshakeError('unavailable', error.message));
           else {

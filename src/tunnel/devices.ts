@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { TOKEN_MESSAGES } from '../auth/tokens';
 import { UnauthorizedError } from '../domain/errors';
-import { findDevice } from '../projections/devices';
+import { findDeviceByUuid } from '../projections/devices';
 import type { ClusterNotice, DeviceClaim } from './cluster';
 import {
   andThen,
@@ -59,7 +59,7 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
 
   /** The heartbeat presence as the REST API shows it (the read model), else as the device stream last said. */
   const presenceOf = async (uuid: string): Promise<{ isOnline: boolean; lastSeenAt: string | null }> => {
-    const doc = ctx.readStore === undefined ? null : await findDevice(ctx.readStore, uuid);
+    const doc = ctx.readStore === undefined ? null : await findDeviceByUuid(ctx.readStore, uuid);
     if (doc !== null) return { isOnline: doc.isOnline, lastSeenAt: doc.lastSeenAt };
     const state = ctx.access.peek(uuid)?.state;
     return state?.status === 'active' ? { isOnline: state.isOnline, lastSeenAt: state.lastSeenAt } : { isOnline: false, lastSeenAt: null };
@@ -136,8 +136,9 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
   };
 
   const relay = (session: DeviceSession, input: unknown): Maybe<MessageAck> => {
-    const message = parse(deviceMessage, input);
+    // Counted before it is validated: an invalid message costs a point like any other.
     return andThen(runner.consume(session, 'message'), () => {
+      const message = parse(deviceMessage, input);
       const out: MessageFromDevice = {
         id: message.id ?? randomUUID(),
         deviceUuid: session.uuid,

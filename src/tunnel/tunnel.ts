@@ -1,5 +1,6 @@
 import type { Server as HttpServer } from 'node:http';
 import { Server } from 'socket.io';
+import { appOriginOf } from '../api/middleware';
 import type { AccessRevocations } from '../auth/access-revocations';
 import type { Tokens } from '../auth/tokens';
 import { systemClock, type Clock } from '../commands/handler';
@@ -16,6 +17,7 @@ import { createDeviceSockets } from './devices';
 import { TUNNEL_NAMESPACE, UNAUTHORIZED } from './events';
 import { createEventRunner, rawConnection, startSlowConsumerSweep } from './limits';
 import { unlimited, type TunnelLimiter } from './limiter';
+import { peerAddress, unlimitedHandshakes, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 import { startLiveFeed } from './live-feed';
 
 /**
@@ -48,6 +50,10 @@ export interface TunnelDeps {
   readonly logger: Logger;
   readonly clock?: Clock;
   readonly limiter?: TunnelLimiter;
+  /** Failed handshakes per client IP (general tier); none when absent. */
+  readonly handshakeLimiter?: HandshakeLimiter;
+  /** The client IP of a handshake, as HTTP sees it (TRUST_PROXY); the TCP peer when absent. */
+  readonly clientIp?: ClientIp;
   /** Distributed mode: the Redis adapter. Absent or null: one process, the in-memory adapter. */
   readonly redis?: TunnelRedis | null;
   /** CORS for the polling transport (browsers); the WebSocket transport needs none. */
@@ -90,13 +96,14 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
 
   let closing = false;
   const background = new Set<Promise<unknown>>();
+  const origin = appOriginOf(deps.appOrigin);
   const io: TunnelServer = new Server(httpServer, {
     serveClient: false,
     maxHttpBufferSize: options.maxFrameBytes,
     connectTimeout: 10_000,
     allowRequest: (_req, callback) => callback(closing ? 'shutting down' : null, !closing),
     ...(cluster.adapter !== undefined ? { adapter: cluster.adapter } : {}),
-    ...(deps.appOrigin !== undefined ? { cors: { origin: deps.appOrigin, credentials: true } } : {}),
+    ...(origin !== undefined ? { cors: { origin, credentials: true } } : {}),
   });
   // Nothing lives in the main namespace.
   io.of('/').use((_socket, next) => next(handshakeError(UNAUTHORIZED, 'Connect to the /tunnel namespace')));
@@ -125,7 +132,15 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const apps = createAppSockets(ctx, runner, devices);
   cluster.attach(nsp, (notice) => devices.onNotice(notice));
   await cluster.roomsReady();
-  acceptConnections(ctx, { tokens: deps.tokens, clock, runner, apps, devices });
+  acceptConnections(ctx, {
+    tokens: deps.tokens,
+    clock,
+    runner,
+    apps,
+    devices,
+    handshakes: deps.handshakeLimiter ?? unlimitedHandshakes,
+    clientIp: deps.clientIp ?? peerAddress,
+  });
   const feed = await startLiveFeed(ctx, { eventStore: deps.eventStore, apps, devices, accessRevocations: deps.accessRevocations, onDeviceRevoked: deps.onDeviceRevoked });
   const stopSweep = startSlowConsumerSweep(ctx);
 

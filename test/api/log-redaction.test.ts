@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import jwt from 'jsonwebtoken';
 import type { MessageAck, MessageFromDevice, MessageToDevice, SubscribeAck } from '../../src/tunnel/events';
-import { api, createUser, CRM_KEY, MODES, startTestService, type Mode, type TestService } from '../support/harness';
+import { api, createUser, CRM_KEY, MODES, shiftedClock, startTestService, type Mode, type TestService } from '../support/harness';
 import { TEST_SECRETS } from '../support/server';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 import { resetTokenIn, type LoginBody } from '../support/accounts';
@@ -65,6 +65,7 @@ function parseLog(text: string): LogLine[] {
 }
 
 describe.each<Mode>(MODES)('log redaction over a full run (%s mode)', (mode) => {
+  const clock = shiftedClock();
   let smtp: TestSmtpServer;
   let service: TestService;
   let stopped = false;
@@ -72,7 +73,7 @@ describe.each<Mode>(MODES)('log redaction over a full run (%s mode)', (mode) => 
 
   beforeAll(async () => {
     smtp = await startTestSmtpServer();
-    service = await startTestService(mode, { LOG_LEVEL: 'trace', SMTP_URL: smtp.url, APP_ORIGIN });
+    service = await startTestService(mode, { LOG_LEVEL: 'trace', SMTP_URL: smtp.url, APP_ORIGIN }, { clock });
   }, 60_000);
 
   afterAll(async () => {
@@ -151,6 +152,8 @@ describe.each<Mode>(MODES)('log redaction over a full run (%s mode)', (mode) => 
     const rotatedPair = rotated.body as { accessToken: string; refreshToken: string };
     secrets.keepJwt('rotated access token', rotatedPair.accessToken);
     secrets.keepJwt('rotated refresh token', rotatedPair.refreshToken);
+    // Past the race window, so the old token's return is reuse (decisions §3).
+    clock.advance(5_001);
     expect((await api(service, 'POST', '/auth/refresh', { body: { refreshToken: session.refreshToken } })).status).toBe(401);
     expect((await api(service, 'POST', '/auth/refresh', { body: { refreshToken: rotatedPair.refreshToken } })).status).toBe(401);
 

@@ -151,6 +151,34 @@ describe.each(MODES)('password reset (%s mode)', (mode) => {
     expect(smtp.mails().filter((m) => m.to.includes(email))).toEqual([]);
   });
 
+  test('a CRM e-mail change ends every pending reset token: the old mailbox cannot take the account', async () => {
+    const syncId = 800_000 + Math.floor(Math.random() * 90_000);
+    const oldEmail = `before.${syncId}@example.com`;
+    const newEmail = `after.${syncId}@example.com`;
+    const sync = (email: string) =>
+      api(service, 'POST', '/auth/sync-customer', {
+        headers: { 'X-Internal-Api-Key': CRM_KEY },
+        body: { id: syncId, first_name: 'Mail', last_name: 'Box', email, active: true },
+      });
+    expect((await sync(oldEmail)).status).toBe(201);
+    const { token } = await requestResetToken(service, smtp, oldEmail);
+    expect((await sync(newEmail)).status).toBe(200);
+
+    const confirm = await api(service, 'POST', '/auth/password-reset/confirm', { body: { token, password: 'taken-over-1' } });
+    expect(confirm.status).toBe(400);
+    expect(confirm.body).toEqual(INVALID_TOKEN);
+    // The new address is not marked verified, and nobody logs in with that password.
+    const userId = token.split('.')[0] ?? '';
+    const stream = (await allEvents(service)).filter((e) => e.streamName === `user-${userId}`).map((e) => e.type);
+    expect(stream).not.toContain('EmailVerified');
+    expect(stream).not.toContain('PasswordChanged');
+    expect((await api(service, 'POST', '/auth/login', { body: { email: newEmail, password: 'taken-over-1' } })).status).toBe(401);
+
+    // A token asked for at the new address works.
+    const fresh = await requestResetToken(service, smtp, newEmail);
+    expect((await api(service, 'POST', '/auth/password-reset/confirm', { body: { token: fresh.token, password: 'rightful-owner-1' } })).status).toBe(200);
+  });
+
   test('neither the reset tokens nor the passwords reach an event or the log', async () => {
     const tokens = smtp.mails().map((mail) => resetTokenIn(mail.text));
     expect(tokens.length).toBeGreaterThan(5);

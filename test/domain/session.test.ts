@@ -107,6 +107,16 @@ describe('RotateRefresh', () => {
         .then([reuseDetected('jti-1', T2, attacker), revoked('reuse', T2)]);
     });
 
+    it('within 5 s of the rotation it is a lost race: 401 Refresh token has been revoked, no event, the family kept', () => {
+      const justAfter = new Date(Date.parse(T1) + 4_999).toISOString();
+      session.given(afterRotation).when(rotate('jti-1', 'jti-9', justAfter)).thenThrows(UnauthorizedError, 'Refresh token has been revoked');
+      const fiveSecondsAfter = new Date(Date.parse(T1) + 5_000).toISOString();
+      session
+        .given(afterRotation)
+        .when(rotate('jti-1', 'jti-9', fiveSecondsAfter))
+        .then([reuseDetected('jti-1', fiveSecondsAfter), revoked('reuse', fiveSecondsAfter)]);
+    });
+
     it('reports failure: 401 Refresh token has been revoked', () => {
       const { events } = session.given(afterRotation).when(rotate('jti-1', 'jti-9', T2)).result();
       const outcome = rotationOutcome(events);

@@ -290,6 +290,20 @@ describe('ConfirmPasswordReset', () => {
       .thenThrows(BadRequestError, 'Invalid or expired reset token');
   });
 
+  it('is ended by an e-mail change: the token went to the old mailbox', () => {
+    user
+      .given([created(), resetRequested(), updated({ email: 'jane.new@example.com' })])
+      .when(confirmReset())
+      .thenThrows(BadRequestError, 'Invalid or expired reset token');
+  });
+
+  it('survives a sync that keeps the e-mail', () => {
+    user
+      .given([created(), resetRequested(), updated({ firstName: 'Janet' })])
+      .when(confirmReset())
+      .then([passwordChanged('reset', 1, T2), verified]);
+  });
+
   it('refuses when no reset was requested', () => {
     user.given([created()]).when(confirmReset()).thenThrows(BadRequestError, 'Invalid or expired reset token');
   });

@@ -5,6 +5,7 @@ import { Writable } from 'node:stream';
 import { loadConfig } from '../../src/config';
 import { createLogger } from '../../src/logger';
 import { startService, type RunningService } from '../../src/service';
+import type { Clock } from '../../src/commands/handler';
 import { createTokens, type Tokens } from '../../src/auth/tokens';
 import type { EventStore } from '../../src/infra/eventstore/port';
 import type { ReadStore } from '../../src/infra/readstore/port';
@@ -22,6 +23,12 @@ export const CRM_KEY = 'test-crm-key-1';
  * limits they never reach; the rate-limit tests set their own through RATE_LIMITS.
  */
 export const GENEROUS_RATE_LIMITS = TIERS.map((tier) => `${tier}=1000000/60`).join(',');
+
+/** The real time, moved on by `advance` (never back): the age of what the service wrote, without waiting for it. */
+export function shiftedClock(): Clock & { advance(ms: number): void } {
+  let offset = 0;
+  return { now: () => new Date(Date.now() + offset), advance: (ms) => void (offset += ms) };
+}
 
 /** A real service started in this process on port 0, in either mode, with its log captured. */
 export interface TestService {
@@ -43,7 +50,12 @@ export interface TestService {
   readonly stop: () => Promise<void>;
 }
 
-async function startWith(mode: Mode, env: Record<string, string>, owned: { stack: Stack | null; dir: string | null }): Promise<TestService> {
+/** What a test may set besides the environment: the clock the service's commands read (the real one unless given). */
+export interface TestServiceOptions {
+  readonly clock?: Clock;
+}
+
+async function startWith(mode: Mode, env: Record<string, string>, owned: { stack: Stack | null; dir: string | null }, options: TestServiceOptions = {}): Promise<TestService> {
   let logs = '';
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -52,7 +64,7 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
     },
   });
   const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMITS: GENEROUS_RATE_LIMITS, ...env });
-  const service: RunningService = await startService(config, createLogger(config.logLevel, sink));
+  const service: RunningService = await startService(config, createLogger(config.logLevel, sink), options.clock);
   const tokens = createTokens({
     jwtAccessSecret: env.JWT_ACCESS_SECRET ?? '',
     jwtRefreshSecret: env.JWT_REFRESH_SECRET ?? '',
@@ -67,7 +79,7 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
     readStore: service.readStore,
     logs: () => logs,
     redis: owned.stack?.redis ?? null,
-    startAnother: (extraEnv = {}) => startWith(mode, { ...env, ...extraEnv }, { stack: null, dir: null }),
+    startAnother: (extraEnv = {}) => startWith(mode, { ...env, ...extraEnv }, { stack: null, dir: null }, options),
     stop: async () => {
       await service.stop();
       await owned.stack?.stop();
@@ -80,13 +92,13 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
  * Embedded: a fresh DATA_DIR. Distributed: a fresh stack (EventStoreDB stand-in, jongodb,
  * private Redis). Either way with known secrets, so tests can sign tokens.
  */
-export async function startTestService(mode: Mode, extraEnv: Record<string, string> = {}): Promise<TestService> {
+export async function startTestService(mode: Mode, extraEnv: Record<string, string> = {}, options: TestServiceOptions = {}): Promise<TestService> {
   if (mode === 'embedded') {
     const dir = mkdtempSync(join(tmpdir(), 'hhc-test-'));
-    return startWith(mode, { ...TEST_SECRETS, DATA_DIR: dir, ...extraEnv }, { stack: null, dir });
+    return startWith(mode, { ...TEST_SECRETS, DATA_DIR: dir, ...extraEnv }, { stack: null, dir }, options);
   }
   const stack = await startStack();
-  return startWith(mode, { ...TEST_SECRETS, ...stack.env, ...extraEnv }, { stack, dir: null });
+  return startWith(mode, { ...TEST_SECRETS, ...stack.env, ...extraEnv }, { stack, dir: null }, options);
 }
 
 /** JSON over real HTTP. */

@@ -16,13 +16,18 @@ const PACKAGE = '@jongodb/memory-server-bin-linux-x64-gnu';
 const START_TIMEOUT_MS = 15_000;
 const STOP_TIMEOUT_MS = 5_000;
 
-export async function startJongodb(): Promise<Jongodb> {
+export interface JongodbOptions {
+  /**
+   * false: a standalone server, which a client reaches through a proxy with
+   * `directConnection=true` (a replica-set member sends clients to its own address). Default true.
+   */
+  readonly replicaSet?: boolean;
+}
+
+export async function startJongodb(options: JongodbOptions = {}): Promise<Jongodb> {
   const binary = locateBinary();
-  const child = spawn(
-    binary,
-    ['--host=127.0.0.1', '--port=0', '--topology-profile=singleNodeReplicaSet', '--replica-set-name=rs0'],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const topology = options.replicaSet === false ? [] : ['--topology-profile=singleNodeReplicaSet', '--replica-set-name=rs0'];
+  const child = spawn(binary, ['--host=127.0.0.1', '--port=0', ...topology], { stdio: ['ignore', 'pipe', 'pipe'] });
   // Should the test process end without stop(), do not leave the server behind.
   const killOnExit = (): void => {
     child.kill('SIGKILL');
@@ -38,12 +43,27 @@ export async function startJongodb(): Promise<Jongodb> {
     throw error;
   }
   return {
-    uri,
+    uri: withPollingMonitor(uri),
     stop: async () => {
       process.removeListener('exit', killOnExit);
       await terminate(child);
     },
   };
+}
+
+/**
+ * jongodb answers the driver's awaitable `hello` (the streaming server-monitoring protocol
+ * of `serverMonitoringMode: 'auto'`, MongoDB 4.4+) at once and without `moreToCome`, so
+ * the driver's exhaust loop ends with "Server ended moreToCome unexpectedly" about once a
+ * second; the driver then marks the server unknown and clears its connection pool, and the
+ * operations waiting for a connection fail with `MongoPoolClearedError`. Polling monitoring
+ * (a plain `hello` every `heartbeatFrequencyMS`) is what it does answer correctly, so the
+ * URI handed out says so, and every client built from it (the service's, the tests') polls.
+ * A real MongoDB keeps the driver's default (`auto`: streaming).
+ */
+export function withPollingMonitor(uri: string): string {
+  if (/[?&]serverMonitoringMode=/.test(uri)) return uri;
+  return `${uri}${uri.includes('?') ? '&' : '?'}serverMonitoringMode=poll`;
 }
 
 function locateBinary(): string {

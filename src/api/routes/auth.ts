@@ -21,7 +21,6 @@ import {
 import { requestContext } from '../context';
 import { documentRoute } from '../openapi-registry';
 import { caller, requireAccessToken } from '../auth-middleware';
-import { receivedAt } from '../middleware';
 
 export interface AuthDeps {
   readonly internalApiKeys: readonly string[];
@@ -157,7 +156,7 @@ export function authRoutes(deps: AuthDeps): Router {
 
   router.post('/refresh', async (req, res) => {
     const { refreshToken } = parseInput(refreshBody, req.body);
-    res.status(201).json(await auth.refresh(refreshToken, clientInfo(req), String(res.locals.requestId), receivedAt(res)));
+    res.status(201).json(await auth.refresh(refreshToken, clientInfo(req), String(res.locals.requestId)));
   });
 
   router.post('/logout', requireAccessToken(deps.tokens), async (_req, res) => {

@@ -2,9 +2,13 @@ import { documentRoute } from '../openapi-registry';
 import { Router } from 'express';
 import { healthResponse, readinessResponse } from '../schemas';
 
+/** The fixed words a readiness check answers with (decisions §8); the detail is logged. */
+export const CHECK_STATES = ['ok', 'down', 'lagging', 'failed'] as const;
+export type CheckState = (typeof CHECK_STATES)[number];
+
 export interface ReadinessReport {
   readonly ready: boolean;
-  readonly checks: Readonly<Record<string, { readonly status: 'ok' | 'fail'; readonly detail?: string }>>;
+  readonly checks: Readonly<Record<string, { readonly status: CheckState }>>;
 }
 
 export interface HealthDeps {

@@ -12,6 +12,12 @@ export const TUNNEL_NAMESPACE = '/tunnel';
 /** The `connect_error` message of every refused handshake (missing, invalid, expired or revoked token). */
 export const UNAUTHORIZED = 'unauthorized';
 
+/**
+ * The `connect_error` message of a handshake refused because its IP failed too many, with
+ * `data: {retryAfter}` (seconds): wait that long instead of refreshing the token.
+ */
+export const RATE_LIMITED_HANDSHAKE = 'rate_limited';
+
 /** Largest `tunnel:message` accepted, serialized (decisions §5). */
 export const TUNNEL_MESSAGE_MAX_BYTES = 64 * 1024;
 

@@ -1,0 +1,203 @@
+import { createTokens } from '../../src/auth/tokens';
+import { createEsdbEventStore } from '../../src/infra/eventstore/esdb';
+import { api, CRM_KEY } from '../support/harness';
+import { startJongodb, type Jongodb } from '../support/jongodb';
+import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { startStack, type Stack } from '../support/stack';
+import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
+
+/**
+ * Distributed mode, MongoDB unreachable for a while and then back with its data (a TCP proxy
+ * in front of the stand-in is cut, then listens again): every route meeting the outage
+ * answers 503 with the §7 body, never 500 (the rebuild too); readiness names the stores
+ * `down`; an event appended meanwhile is projected once MongoDB is back, by the projector
+ * resuming from its checkpoint by itself; readiness is 200 again.
+ */
+
+const UNAVAILABLE = { statusCode: 503, message: 'Service unavailable', error: 'Service Unavailable' };
+const ADMIN_EMAIL = 'resume.admin@example.com';
+const tokens = createTokens({
+  jwtAccessSecret: TEST_SECRETS.JWT_ACCESS_SECRET,
+  jwtRefreshSecret: TEST_SECRETS.JWT_REFRESH_SECRET,
+  jwtDeviceSecret: TEST_SECRETS.JWT_DEVICE_SECRET,
+});
+
+interface Readiness {
+  readonly status: number;
+  readonly body: { status: string; checks: Record<string, { status: string }> };
+}
+
+async function ready(service: ServerProcess): Promise<Readiness> {
+  const res = await fetch(`${service.baseUrl}/api/v1/health/ready`);
+  return { status: res.status, body: (await res.json()) as Readiness['body'] };
+}
+
+/** Polls until `until` holds; the bound only ends a run that would otherwise hang. */
+async function eventually<T>(probe: () => Promise<T>, until: (value: T) => boolean, what: string, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (until(value)) return value;
+    if (Date.now() > deadline) throw new Error(`never ${what}; last: ${JSON.stringify(value)}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+/** How many events the event store holds (system events aside). */
+async function countEvents(url: string): Promise<number> {
+  const store = createEsdbEventStore(url);
+  let count = 0;
+  try {
+    const subscription = store.subscribe();
+    for await (const item of subscription) {
+      if (item.kind === 'caught-up') break;
+      count++;
+    }
+    await subscription.close();
+  } finally {
+    await store.close();
+  }
+  return count;
+}
+
+let nextCrmId = 700_000_000 + Math.floor(Math.random() * 100_000_000);
+
+async function syncCustomer(service: ServerProcess, email: string): Promise<{ status: number; userId: string | null }> {
+  const res = await api(service, 'POST', '/auth/sync-customer', {
+    headers: { 'X-Internal-Api-Key': CRM_KEY },
+    body: { id: nextCrmId++, first_name: 'Re', last_name: 'Sume', email, active: true },
+  });
+  const user = (res.body as { user?: { id?: string } } | null)?.user;
+  return { status: res.status, userId: user?.id ?? null };
+}
+
+describe('MongoDB unreachable for a while (distributed mode)', () => {
+  let stack: Stack;
+  let mongo: Jongodb;
+  let proxy: TcpProxy;
+  let service: ServerProcess;
+
+  beforeAll(async () => {
+    stack = await startStack();
+    // A standalone stand-in reached straight through the proxy (a replica-set member would
+    // send the driver to its own address), with a short server selection, so an operation
+    // during the outage fails in a second instead of thirty.
+    mongo = await startJongodb({ replicaSet: false });
+    const stored = new URL(mongo.uri);
+    proxy = await startTcpProxy(Number(stored.port));
+    const uri = `mongodb://127.0.0.1:${proxy.port}${stored.pathname}?directConnection=true&serverMonitoringMode=poll&serverSelectionTimeoutMS=1000`;
+    service = await startServerProcess({
+      ...TEST_SECRETS,
+      ...stack.env,
+      MONGODB_URI: uri,
+      ADMIN_EMAILS: ADMIN_EMAIL,
+      READ_YOUR_WRITES_TIMEOUT_MS: '500',
+    });
+  }, 60_000);
+  afterAll(async () => {
+    await service?.kill();
+    await proxy?.stop();
+    await mongo?.stop();
+    await stack?.stop();
+  }, 30_000);
+
+  test('503 on every route meanwhile, the projector resumes from its checkpoint, readiness follows', async () => {
+    const before = await syncCustomer(service, `before.${nextCrmId}@example.com`);
+    expect(before.status).toBe(201);
+    const admin = await syncCustomer(service, ADMIN_EMAIL);
+    expect(admin.status).toBe(201);
+    const userToken = tokens.signAccess({ sub: before.userId ?? '', email: 'before@example.com', role: 'user' });
+    const adminToken = tokens.signAccess({ sub: admin.userId ?? '', email: ADMIN_EMAIL, role: 'admin' });
+    expect((await api(service, 'GET', '/users/me', { token: userToken })).status).toBe(200);
+    expect((await ready(service)).status).toBe(200);
+
+    const eventsBefore = await countEvents(stack.env.EVENTSTORE_URL);
+    await proxy.cut();
+
+    const me = await api(service, 'GET', '/users/me', { token: userToken });
+    expect({ status: me.status, body: me.body }).toEqual({ status: 503, body: UNAVAILABLE });
+    const rebuild = await api(service, 'POST', '/admin/read-models/rebuild', { token: adminToken });
+    expect({ status: rebuild.status, body: rebuild.body }).toEqual({ status: 503, body: UNAVAILABLE });
+    const down = await eventually(() => ready(service), (r) => r.status === 503 && r.body.checks.readStore?.status === 'down', 'readiness naming the read store down');
+    expect(down.body.checks.credentials?.status).toBe('down');
+    expect(down.body.checks.eventStore?.status).toBe('ok');
+
+    // An event appended during the outage (the command side needs the event store only).
+    const during = await syncCustomer(service, `during.${nextCrmId}@example.com`);
+    expect(during.status).toBe(201);
+    // The projector met the outage when it tried to apply it.
+    await eventually(async () => service.output(), (out) => out.includes('"msg":"projector failed"'), 'a projector failure in the log');
+
+    await proxy.resume();
+
+    // Readiness allows 5 s of lag, so it may show 200 before the event is applied: the
+    // event itself is what says the projector resumed.
+    const duringToken = tokens.signAccess({ sub: during.userId ?? '', email: 'during@example.com', role: 'user' });
+    const projected = await eventually(() => api(service, 'GET', '/users/me', { token: duringToken }), (r) => r.status !== 404 && r.status !== 503, 'the user of the outage projected');
+    expect(projected.status).toBe(200);
+    expect((projected.body as { email?: string }).email).toMatch(/^during\./);
+    const up = await eventually(() => ready(service), (r) => r.status === 200, 'readiness 200 again');
+    expect(Object.values(up.body.checks).map((c) => c.status)).toEqual(Object.values(up.body.checks).map(() => 'ok'));
+    // It resumed from its checkpoint: the events before the outage were not applied again.
+    const caughtUp = service
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('"msg":"projector caught up"'))
+      .map((line) => (JSON.parse(line) as { eventsApplied: number }).eventsApplied);
+    const eventsAfter = await countEvents(stack.env.EVENTSTORE_URL);
+    expect(caughtUp.length).toBeGreaterThanOrEqual(2);
+    expect(caughtUp.at(-1)).toBeLessThanOrEqual(eventsAfter - eventsBefore);
+    expect(service.output()).toContain('"msg":"projector restarting"');
+    expect(service.output()).not.toContain('"statusCode":500');
+  }, 90_000);
+});
+
+describe('the event store unreachable for a while (distributed mode)', () => {
+  let stack: Stack;
+  let proxy: TcpProxy;
+  let service: ServerProcess;
+
+  beforeAll(async () => {
+    stack = await startStack();
+    proxy = await startTcpProxy(stack.esdb.port);
+    service = await startServerProcess({
+      ...TEST_SECRETS,
+      ...stack.env,
+      EVENTSTORE_URL: `esdb://127.0.0.1:${proxy.port}?tls=false`,
+      READ_YOUR_WRITES_TIMEOUT_MS: '500',
+    });
+  }, 60_000);
+  afterAll(async () => {
+    await service?.kill();
+    await proxy?.stop();
+    await stack?.stop();
+  }, 30_000);
+
+  test('writes answer 503 meanwhile; the projector resubscribes from its checkpoint by itself; readiness follows', async () => {
+    expect((await syncCustomer(service, `esdb.before.${nextCrmId}@example.com`)).status).toBe(201);
+    expect((await ready(service)).status).toBe(200);
+
+    await proxy.cut();
+
+    const refused = await api(service, 'POST', '/auth/sync-customer', {
+      headers: { 'X-Internal-Api-Key': CRM_KEY },
+      body: { id: nextCrmId++, first_name: 'Re', last_name: 'Fused', email: `esdb.refused.${nextCrmId}@example.com`, active: true },
+    });
+    expect({ status: refused.status, body: refused.body }).toEqual({ status: 503, body: UNAVAILABLE });
+    const down = await eventually(() => ready(service), (r) => r.body.checks.eventStore?.status === 'down', 'readiness naming the event store down');
+    expect(down.status).toBe(503);
+    // The projector's subscription broke with the connection.
+    await eventually(async () => service.output(), (out) => out.includes('"msg":"projector restarting"'), 'the projector restarting');
+
+    await proxy.resume();
+
+    // A fresh customer per attempt: the client reconnects on its own schedule.
+    const after = await eventually(() => syncCustomer(service, `esdb.after.${nextCrmId}@example.com`), (r) => r.status === 201, 'a write accepted again');
+    const token = tokens.signAccess({ sub: after.userId ?? '', email: 'after@example.com', role: 'user' });
+    const projected = await eventually(() => api(service, 'GET', '/users/me', { token }), (r) => r.status === 200, 'the new user projected');
+    expect((projected.body as { email?: string }).email).toMatch(/^esdb\.after\./);
+    const up = await eventually(() => ready(service), (r) => r.status === 200, 'readiness 200 again');
+    expect(Object.values(up.body.checks)).toEqual(Object.values(up.body.checks).map(() => ({ status: 'ok' })));
+    expect(service.output()).not.toContain('"statusCode":500');
+  }, 120_000);
+});

@@ -1,13 +1,15 @@
 /**
- * From a user to a hub talking to an app, in one script (README: Quickstart).
+ * From a user to a hub talking to an app, in one script (README: Quickstart), on the two
+ * clients: `@home-hub-cloud/app-client` (clients/app) and `@home-hub-cloud/hub-client`
+ * (clients/hub).
  *   npx tsx examples/quickstart.ts <email> <password> [base URL, default http://localhost:3000]
- * Logs in, registers a hub, gets its device token, sends a heartbeat, then connects the hub
- * and the app to the tunnel and has them exchange a message. Uses only the public API and
- * the typed tunnel events.
+ * Logs in, registers a hub, gets its device token, starts the hub (heartbeats, token renewal,
+ * the tunnel), then subscribes the app to the hub and has them exchange a message.
  */
 import { randomUUID } from 'node:crypto';
-import { io, type Socket } from 'socket.io-client';
-import type { AppToServerEvents, DeviceToServerEvents, MessageFromDevice, MessageToDevice, ServerToAppEvents, ServerToDeviceEvents } from '../src/tunnel/events';
+import { AppClient } from '@home-hub-cloud/app-client';
+import { HubClient, type HubEvent } from '@home-hub-cloud/hub-client';
+import type { MessageFromDevice } from '@home-hub-cloud/tunnel-contract';
 
 const [email, password, base = 'http://localhost:3000'] = process.argv.slice(2);
 if (email === undefined || password === undefined) {
@@ -15,59 +17,61 @@ if (email === undefined || password === undefined) {
   process.exit(2);
 }
 
-async function post<T>(path: string, body: unknown, token?: string): Promise<T> {
-  const res = await fetch(`${base}/api/v1${path}`, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json', ...(token !== undefined ? { Authorization: `Bearer ${token}` } : {}) },
-    body: JSON.stringify(body),
-  });
-  if (!res.ok) throw new Error(`POST ${path}: ${res.status} ${await res.text()}`);
-  return (await res.json()) as T;
-}
-
-function connected<S extends Socket>(socket: S): Promise<S> {
+function first(hub: HubClient, type: HubEvent['type']): Promise<HubEvent> {
   return new Promise((resolve, reject) => {
-    socket.once('connect', () => resolve(socket));
-    socket.once('connect_error', reject);
+    const off = hub.on((event) => {
+      if (event.type === type) {
+        off();
+        resolve(event);
+      } else if (event.type === 'stopped') {
+        off();
+        reject(new Error(`the hub stopped: ${event.reason} (${event.message})`));
+      }
+    });
   });
 }
 
 async function main(): Promise<void> {
-  // 1. Log in: an access token (15 min) and a refresh token.
-  const { accessToken } = await post<{ accessToken: string }>('/auth/login', { email, password });
+  // 1. Log in: the client keeps the session and refreshes it when needed.
+  const cloud = new AppClient({ baseUrl: base as string });
+  await cloud.login(email as string, password as string);
   console.log('logged in');
 
-  // 2. Register a hub: the caller becomes its owner.
+  // 2. Register a hub (typed from the service's OpenAPI document): the caller becomes its owner.
   const uuid = randomUUID();
-  await post('/devices/register', { uuid, deviceId: 'HUB-QUICKSTART', name: 'Living room hub' }, accessToken);
+  const registered = await cloud.api.POST('/devices/register', { body: { uuid, deviceId: 'HUB-QUICKSTART', name: 'Living room hub' } });
+  if (registered.data === undefined) throw new Error(`register: ${registered.response.status} ${JSON.stringify(registered.error)}`);
   console.log(`registered hub ${uuid}`);
 
-  // 3. The hub's own token (24 h; the hub renews it with POST /devices/auth/:uuid/renew).
-  const { token: deviceToken } = await post<{ token: string }>(`/devices/auth/${uuid}`, {}, accessToken);
+  // 3. The hub's own token (24 h), handed to the hub; the hub client renews it by itself.
+  const issued = await cloud.api.POST('/devices/auth/{uuid}', { params: { path: { uuid } } });
+  let deviceToken = issued.data?.token ?? '';
 
-  // 4. A heartbeat: the hub is online.
-  const beat = await post<{ device: { isOnline: boolean } }>(`/devices/heartbeat/${uuid}`, { ipAddress: '192.168.1.20' }, deviceToken);
-  console.log(`heartbeat: online=${beat.device.isOnline}`);
+  // 4. The hub: heartbeats, renewal and the tunnel; it answers every command.
+  const hub = new HubClient({ baseUrl: base as string, uuid, tokens: { load: () => deviceToken, save: (token) => void (deviceToken = token) } });
+  hub.onMessage((command, reply) => void reply({ type: `${command.type}.done`, payload: command.payload }));
+  const beat = first(hub, 'heartbeat');
+  const connected = first(hub, 'connected');
+  await hub.start();
+  await beat;
+  const device = await cloud.api.GET('/devices/{id}', { params: { path: { id: uuid } } });
+  console.log(`heartbeat: online=${device.data?.isOnline}`);
+  await connected;
 
-  // 5. The tunnel: the hub with its device token, the app with the user's access token.
-  const options = { transports: ['websocket'], reconnection: false, forceNew: true };
-  const hub: Socket<ServerToDeviceEvents, DeviceToServerEvents> = await connected(io(`${base}/tunnel`, { ...options, auth: { token: deviceToken } }));
-  const app: Socket<ServerToAppEvents, AppToServerEvents> = await connected(io(`${base}/tunnel`, { ...options, auth: { token: accessToken } }));
+  // 5. The app's side of the tunnel: subscribe, send a command, get the reply.
+  const tunnel = cloud.tunnel();
   try {
-    // The hub answers every command.
-    hub.on('tunnel:message', (command: MessageToDevice) => {
-      hub.emit('tunnel:message', { replyTo: command.id, type: `${command.type}.done`, payload: command.payload });
-    });
-    const subscribed = await app.timeout(5000).emitWithAck('tunnel:subscribe', { deviceUuid: uuid });
+    await tunnel.connected();
+    const subscribed = await tunnel.subscribe(uuid);
     console.log(`subscribed: ${JSON.stringify(subscribed)}`);
-    const reply = new Promise<MessageFromDevice>((resolve) => app.once('tunnel:message', resolve));
-    const ack = await app.timeout(5000).emitWithAck('tunnel:message', { deviceUuid: uuid, type: 'light.set', payload: { on: true } });
+    const reply = new Promise<MessageFromDevice>((resolve) => tunnel.onMessage(resolve));
+    const ack = await tunnel.send(uuid, 'light.set', { on: true });
     console.log(`sent light.set: delivered=${ack.delivered}`);
     const answer = await reply;
     console.log(`hub replied: ${answer.type} ${JSON.stringify(answer.payload)}`);
   } finally {
-    hub.disconnect();
-    app.disconnect();
+    tunnel.close();
+    hub.stop();
   }
 }
 

@@ -101,6 +101,7 @@ const envSchema = z.object({
   PROJECTOR_LEASE_MS: positiveInt(10_000),
   SNAPSHOT_EVERY_EVENTS: positiveInt(100_000),
   SNAPSHOT_INTERVAL_SECONDS: positiveInt(300),
+  TUNNEL_HANDSHAKES_PER_SECOND: positiveInt(1000),
   RATE_LIMITS: optionalString.transform((spec, ctx) => {
     try {
       return parseRateLimits(spec);
@@ -141,6 +142,8 @@ interface CommonConfig {
   readonly projectorLeaseMs: number;
   /** Every tier's points per window: the defaults of the interface, overridden by RATE_LIMITS. */
   readonly rateLimits: Readonly<Record<Tier, TierLimit>>;
+  /** Device handshakes one API process admits per second (src/tunnel/admission.ts). */
+  readonly tunnelHandshakesPerSecond: number;
 }
 
 export interface EmbeddedConfig extends CommonConfig {
@@ -194,6 +197,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     readYourWritesTimeoutMs: e.READ_YOUR_WRITES_TIMEOUT_MS,
     projectorLeaseMs: e.PROJECTOR_LEASE_MS,
     rateLimits: e.RATE_LIMITS,
+    tunnelHandshakesPerSecond: e.TUNNEL_HANDSHAKES_PER_SECOND,
   };
 
   const distributedVars = { EVENTSTORE_URL: e.EVENTSTORE_URL, MONGODB_URI: e.MONGODB_URI, REDIS_URL: e.REDIS_URL };

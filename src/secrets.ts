@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { EmbeddedConfig, Secrets } from './config';
@@ -24,14 +24,45 @@ function generate(): Secrets {
 export function resolveEmbeddedSecrets(config: EmbeddedConfig): { secrets: Secrets; file: string } {
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   const file = join(config.dataDir, 'secrets.json');
-  let stored: Secrets;
-  if (existsSync(file)) {
-    const parsed = storedSecrets.safeParse(JSON.parse(readFileSync(file, 'utf8')));
-    if (!parsed.success) throw new Error(`${file} is not a valid secrets file; remove it to generate new secrets`);
-    stored = parsed.data;
-  } else {
-    stored = generate();
-    writeFileSync(file, JSON.stringify(stored, null, 2), { mode: 0o600, flag: 'wx' });
+  if (!existsSync(file)) writeSecretsFile(config.dataDir, file, generate());
+  const parsed = storedSecrets.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+  if (!parsed.success) throw new Error(`${file} is not a valid secrets file; remove it to generate new secrets`);
+  return { secrets: { ...parsed.data, ...config.secrets }, file };
+}
+
+/**
+ * Writes the secrets whole or not at all: into a temporary file of this process, fsynced, then
+ * linked to its name (which fails if another first start got there first: its secrets are then
+ * the ones read). A write that fails (a full disk) leaves no empty or partial file that would
+ * stop every later start.
+ */
+function writeSecretsFile(directory: string, file: string, secrets: Secrets): void {
+  const temporary = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+  try {
+    const fd = openSync(temporary, 'wx', 0o600);
+    try {
+      const bytes = Buffer.from(JSON.stringify(secrets, null, 2), 'utf8');
+      for (let written = 0; written < bytes.length; ) {
+        const count = writeSync(fd, bytes, written, bytes.length - written);
+        if (count <= 0) throw new Error(`Could not write ${temporary}: no progress (is the disk full?)`);
+        written += count;
+      }
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    try {
+      linkSync(temporary, file);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    const dir = openSync(directory, 'r');
+    try {
+      fsyncSync(dir);
+    } finally {
+      closeSync(dir);
+    }
+  } finally {
+    rmSync(temporary, { force: true });
   }
-  return { secrets: { ...stored, ...config.secrets }, file };
 }

@@ -138,6 +138,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
     clock,
     redis: config.mode === 'distributed' ? { url: config.redisUrl } : null,
     appOrigin: config.appOrigin,
+    admission: { perSecond: config.tunnelHandshakesPerSecond },
     onRelayed: (direction) => metrics.tunnelMessages.inc({ direction }),
     accessRevocations: revocations.revocations,
     // A token revoked through another process: the heartbeat path re-reads the device stream

@@ -9,6 +9,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import type { RelayDirection } from '../metrics';
 import { createDeviceAccess } from './access';
+import { admitHandshakes, createAdmission, type AdmissionOptions } from './admission';
 import { createAppSockets } from './apps';
 import { createLocalCluster, createRedisCluster, type RedisAdapterKind, type TunnelCluster } from './cluster';
 import { acceptConnections, handshakeError } from './connection';
@@ -59,6 +60,8 @@ export interface TunnelDeps {
   /** CORS for the polling transport (browsers); the WebSocket transport needs none. */
   readonly appOrigin?: string | undefined;
   readonly options?: Partial<TunnelOptions>;
+  /** Device handshakes admitted at a pace (src/tunnel/admission.ts); absent: no admission control. */
+  readonly admission?: AdmissionOptions;
   /** Told of every message relayed (metrics). */
   readonly onRelayed?: (direction: RelayDirection) => void;
   /** The device read model: the heartbeat presence `device:status` carries when the tunnel socket connects or drops. */
@@ -132,6 +135,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const apps = createAppSockets(ctx, runner, devices);
   cluster.attach(nsp, (notice) => devices.onNotice(notice));
   await cluster.roomsReady();
+  // Before any token check: device handshakes at the pace this process can serve.
+  if (deps.admission !== undefined) admitHandshakes(nsp, createAdmission(deps.admission));
   acceptConnections(ctx, {
     tokens: deps.tokens,
     clock,

@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { constants, promises as fs } from 'node:fs';
 import { join } from 'node:path';
 import { assertCredentialKey, assertHash, type CredentialStore } from './port';
 
@@ -48,8 +48,10 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
   let created = false;
   let handle: fs.FileHandle;
   try {
-    handle = await fs.open(file, 'r+');
+    // The file itself, never what a link of that name points to: opening may truncate a torn tail.
+    handle = await fs.open(file, constants.O_RDWR | (constants.O_NOFOLLOW ?? 0));
   } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ELOOP') throw new Error(`${file} is a symbolic link: refusing to follow it; the credential store must be a file in the data directory.`);
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
     handle = await fs.open(file, 'wx+', 0o600);
     created = true;

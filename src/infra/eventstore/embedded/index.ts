@@ -71,13 +71,17 @@ export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedE
   const directory = path.resolve(dataDir);
   const resolved = resolveOptions(options);
   await resolved.io.mkdir(directory);
-  const releaseLock = await (options.lock ?? acquireLock)(directory);
+  let opened: EmbeddedEventStore | null = null;
+  const releaseLock = await (options.lock ?? acquireLock)(directory, (error) => {
+    resolved.log(error.message);
+    opened?.stopWritingAfterLockLost(error);
+  });
   try {
     const pool = new HandlePool(resolved.io);
     const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes, io: resolved.io });
-    const store = new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
-    if (log.readOnly !== null) store.openedReadOnly(log.readOnly);
-    return store;
+    opened = new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
+    if (log.readOnly !== null) opened.openedReadOnly(log.readOnly);
+    return opened;
   } catch (error) {
     await releaseLock();
     throw error;

@@ -30,7 +30,7 @@ export interface EmbeddedEventStoreOptions {
    * (default: the lock file of lock.ts, on the real file system). The simulation, whose
    * files live in memory, passes its own.
    */
-  readonly lock?: (directory: string) => Promise<() => Promise<void>>;
+  readonly lock?: (directory: string, onLost: (error: Error) => void) => Promise<() => Promise<void>>;
 }
 
 export interface ResolvedOptions {

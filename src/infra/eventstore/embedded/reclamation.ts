@@ -98,6 +98,11 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     }
   }
 
+  /** Another process holds the lock on the file `events.lock` names now (see lock.ts): no more writes from this one. */
+  stopWritingAfterLockLost(error: Error): void {
+    this.lockLost ??= error;
+  }
+
   /** Reclaims expired heartbeats from disk now (runs one at a time with the timer's runs). */
   reclaimExpired(): Promise<ReclaimResult> {
     const run = this.reclaiming.then(() => this.reclaimOnce());

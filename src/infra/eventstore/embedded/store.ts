@@ -92,6 +92,8 @@ export class EmbeddedStoreCore implements EventStore {
   /** Set while appends are refused (a write failed, or the log opened read-only); cleared by resumeWrites(). */
   protected failure: EventStoreUnavailableError | null = null;
   private resuming: Promise<void> | null = null;
+  /** Another process holds the data directory now: writes stop for good (never resumed). */
+  protected lockLost: Error | null = null;
   /** Cutting what a failed batch left in the file; resuming waits for it. */
   private tailCut: Promise<void> = Promise.resolve();
   protected closing = false;
@@ -259,7 +261,7 @@ export class EmbeddedStoreCore implements EventStore {
     await this.resuming?.catch(() => undefined);
     // A stop after a failed write leaves nothing of the failed batch for the next start.
     if (this.failure !== null) await this.cutBack(this.active()).catch(() => undefined);
-    if (this.failure === null) await this.writeActiveCheckpoint();
+    if (this.failure === null && this.lockLost === null) await this.writeActiveCheckpoint();
     await Promise.all(this.segments.map((segment) => segment.retire()));
   }
 
@@ -274,6 +276,7 @@ export class EmbeddedStoreCore implements EventStore {
   }
 
   protected assertWritable(): void {
+    if (this.lockLost !== null) throw this.lockLost;
     if (this.failure !== null) throw this.failure;
     if (this.closing) throw new Error('The event store is closed');
   }
@@ -309,7 +312,7 @@ export class EmbeddedStoreCore implements EventStore {
 
   private async flushLoop(): Promise<void> {
     for (;;) {
-      if (this.queue.length === 0 || this.failure !== null) {
+      if (this.queue.length === 0 || this.failure !== null || this.lockLost !== null) {
         this.flushRunning = false;
         return;
       }
@@ -442,6 +445,7 @@ export class EmbeddedStoreCore implements EventStore {
   private async tryResume(): Promise<void> {
     while (this.flushRunning) await this.flushDone;
     await this.tailCut;
+    if (this.lockLost !== null) throw this.lockLost;
     if (this.failure === null) return;
     if (this.closing) throw new Error('The event store is closed');
     const active = this.active();

@@ -1,0 +1,83 @@
+/**
+ * The hubs of `npm run bench:storm` (bench/storm.ts), in a worker process: hub clients with
+ * their defaults, counting what the bench reports. Imports the hub client only.
+ */
+import { HubClient } from '@home-hub-cloud/hub-client';
+
+export interface HubSpec {
+  readonly uuid: string;
+  readonly token: string;
+}
+
+export type WorkerMessage =
+  | { readonly kind: 'start'; readonly baseUrl: string; readonly hubs: readonly HubSpec[] }
+  | { readonly kind: 'mark' }
+  | { readonly kind: 'stop' };
+
+export interface WorkerReport {
+  readonly kind: 'report';
+  readonly connected: number;
+  /** Connected again since the last mark. */
+  readonly back: number;
+  /** Heartbeats accepted and failed since the last mark. */
+  readonly beatsOk: number;
+  readonly beatsFailed: number;
+  readonly stopped: Record<string, number>;
+  readonly refused: Record<string, number>;
+  readonly reconnects: number;
+}
+
+function runWorker(): void {
+  // The bench is gone (it failed or was stopped): so is this fleet.
+  process.on('disconnect', () => process.exit(0));
+  const clients: HubClient[] = [];
+  const connectedNow = new Set<number>();
+  const connectedSinceMark = new Set<number>();
+  let beatsOk = 0;
+  let beatsFailed = 0;
+  const stopped: Record<string, number> = {};
+  const refused: Record<string, number> = {};
+  let reconnects = 0;
+  let reporter: NodeJS.Timeout | undefined;
+  const report = (): void => {
+    let back = 0;
+    for (const i of connectedSinceMark) if (connectedNow.has(i)) back++;
+    const message: WorkerReport = { kind: 'report', connected: connectedNow.size, back, beatsOk, beatsFailed, stopped, refused, reconnects };
+    if (process.connected) process.send?.(message);
+  };
+  process.on('message', (message: WorkerMessage) => {
+    if (message.kind === 'start') {
+      message.hubs.forEach((spec, i) => {
+        const client = new HubClient({ baseUrl: message.baseUrl, uuid: spec.uuid, tokens: { load: () => spec.token, save: () => undefined } });
+        client.on((event) => {
+          if (event.type === 'connected') {
+            connectedNow.add(i);
+            connectedSinceMark.add(i);
+          } else if (event.type === 'disconnected') connectedNow.delete(i);
+          else if (event.type === 'heartbeat') {
+            if (event.ok) beatsOk++;
+            else beatsFailed++;
+          } else if (event.type === 'error' && event.where === 'heartbeat') beatsFailed++;
+          else if (event.type === 'reconnecting') reconnects++;
+          else if (event.type === 'refused') refused[event.code] = (refused[event.code] ?? 0) + 1;
+          else if (event.type === 'stopped' && event.reason !== 'stopped') stopped[event.reason] = (stopped[event.reason] ?? 0) + 1;
+        });
+        clients.push(client);
+        void client.start();
+      });
+      reporter = setInterval(report, 250);
+    } else if (message.kind === 'mark') {
+      connectedSinceMark.clear();
+      beatsOk = 0;
+      beatsFailed = 0;
+      report();
+    } else {
+      clearInterval(reporter);
+      for (const client of clients) client.stop();
+      setTimeout(() => process.exit(0), 200);
+    }
+  });
+}
+
+
+runWorker();

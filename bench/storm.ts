@@ -1,0 +1,460 @@
+/**
+ * `npm run bench:storm`: a reconnect storm, measured from outside. The service runs as in
+ * production (`node dist/main.js`, embedded mode, its own DATA_DIR); BENCH_HUBS hubs (20,000)
+ * run the hub client (`@home-hub-cloud/hub-client`, its default backoff and 60 s heartbeats)
+ * in BENCH_WORKERS child processes (2). Then:
+ *
+ *   1. memory per idle hub socket: the service's RSS and V8 heap used before the hubs and
+ *      after they are all connected and idle, divided by the hubs; BENCH_HEAP_SNAPSHOT=1 also
+ *      takes a heap snapshot of the service (SIGUSR2) and lists what the heap is made of;
+ *   2. kill -9, restart at once: time from the kill until `/health` answers and until an
+ *      app's `GET /devices` answers, and until every hub is connected again and has had a
+ *      heartbeat accepted; hubs that gave up; the app's `GET /devices` (one request at a time,
+ *      every BENCH_APP_EVERY_MS, 20 ms) latency p50/p99/max and failures from the first
+ *      answer until every hub is back.
+ *
+ * BENCH_MODE=distributed: two API processes (a private Redis, the EventStoreDB stand-in,
+ * jongodb, as the tests use) behind a TCP balancer on one port; the process holding the hubs
+ * is killed and not restarted: time until its hubs are all served by the other.
+ *
+ * Everything is on 127.0.0.1 and bounded (BENCH_TIMEOUT_SECONDS, 180, for each wait).
+ * Figures: bench/README.md.
+ */
+import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { createServer, connect as netConnect, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { tmpdir, loadavg } from 'node:os';
+import { join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { createTokens } from '../src/auth/tokens';
+import { newCommandContext, toNewEvents } from '../src/commands/handler';
+import { deviceDecider, type DeviceState } from '../src/domain/device';
+import { deviceStream } from '../src/domain/events';
+import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
+import type { EventStore } from '../src/infra/eventstore/port';
+import { TIERS } from '../src/ratelimit/limiter';
+
+const ROOT = resolve(__dirname, '..');
+const HUBS = Number(process.env.BENCH_HUBS ?? 20_000);
+const WORKERS = Number(process.env.BENCH_WORKERS ?? 2);
+const MODE = process.env.BENCH_MODE === 'distributed' ? 'distributed' : 'embedded';
+const TIMEOUT_MS = Number(process.env.BENCH_TIMEOUT_SECONDS ?? 180) * 1000;
+const APP_EVERY_MS = Number(process.env.BENCH_APP_EVERY_MS ?? 20);
+const HEAP_SNAPSHOT = process.env.BENCH_HEAP_SNAPSHOT === '1';
+const IDLE_MS = Number(process.env.BENCH_IDLE_SECONDS ?? 10) * 1000;
+const DEVICES_PER_OWNER = 50;
+
+const SECRETS = {
+  JWT_ACCESS_SECRET: 'bench-access-secret-0123456789abcdef0123456789',
+  JWT_REFRESH_SECRET: 'bench-refresh-secret-0123456789abcdef01234567',
+  JWT_DEVICE_SECRET: 'bench-device-secret-0123456789abcdef0123456789',
+  INTERNAL_API_KEYS: 'bench-crm-key',
+};
+const tokens = createTokens({ jwtAccessSecret: SECRETS.JWT_ACCESS_SECRET, jwtRefreshSecret: SECRETS.JWT_REFRESH_SECRET, jwtDeviceSecret: SECRETS.JWT_DEVICE_SECRET });
+const GENEROUS = TIERS.map((tier) => `${tier}=100000000/60`).join(',');
+
+import type { HubSpec, WorkerMessage, WorkerReport } from './storm-fleet';
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+// ---------------------------------------------------------------------------------------
+// The fleet's devices, written as events before the service starts (what registration writes)
+
+async function prepare(eventStore: EventStore): Promise<{ hubs: HubSpec[]; owner: string }> {
+  const hubs: HubSpec[] = [];
+  const owners = Array.from({ length: Math.ceil(HUBS / DEVICES_PER_OWNER) }, () => randomUUID());
+  const batch: Array<Promise<unknown>> = [];
+  for (let i = 0; i < HUBS; i++) {
+    const uuid = randomUUID();
+    const id = randomUUID();
+    const owner = owners[Math.floor(i / DEVICES_PER_OWNER)] ?? '';
+    const now = new Date().toISOString();
+    const decided = deviceDecider.decide(
+      { type: 'RegisterDevice', data: { id, uuid, deviceId: `HUB-${i}`, name: `Hub ${i}`, actorUserId: owner, linkId: randomUUID(), ownedDeviceCount: 0, maxDevicesPerUser: 100, now } },
+      deviceDecider.initialState() as DeviceState,
+    );
+    batch.push(eventStore.append(deviceStream(uuid), toNewEvents(decided, newCommandContext({ type: 'user', id: owner }, randomUUID()), now), 'no_stream'));
+    if (batch.length >= 500) await Promise.all(batch.splice(0));
+    hubs.push({ uuid, token: tokens.signDevice({ sub: id, deviceUuid: uuid, gen: 0 }) });
+  }
+  await Promise.all(batch);
+  return { hubs, owner: owners[0] ?? '' };
+}
+
+// ---------------------------------------------------------------------------------------
+// The service
+
+interface Service {
+  readonly child: ChildProcess;
+  readonly port: number;
+  readonly exited: Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+function startService(env: Record<string, string>, port: number, cwd: string): Service {
+  const child = spawn(process.execPath, ['--heapsnapshot-signal=SIGUSR2', join(ROOT, 'dist', 'main.js')], {
+    cwd,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: GENEROUS, MAX_DEVICES_PER_USER: '1000', ...SECRETS, ...env },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  return { child, port, exited };
+}
+
+let progress: (() => string) | null = null;
+
+async function until<T>(what: string, check: () => Promise<T | undefined> | T | undefined, everyMs = 50): Promise<T> {
+  const started = Date.now();
+  const deadline = started + TIMEOUT_MS;
+  let said = started;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${TIMEOUT_MS / 1000} s`);
+    if (progress !== null && Date.now() - said >= 2000) {
+      said = Date.now();
+      console.log(`  ${what}: ${((said - started) / 1000).toFixed(0)} s, ${progress()}`);
+    }
+    await sleep(everyMs);
+  }
+}
+
+async function answers(url: string, token?: string): Promise<boolean> {
+  try {
+    const res = await fetch(url, { headers: token === undefined ? {} : { Authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(2000) });
+    await res.arrayBuffer();
+    return res.status === 200;
+  } catch {
+    return false;
+  }
+}
+
+function rssBytes(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
+}
+
+async function heapUsedBytes(baseUrl: string): Promise<number> {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text();
+  return Number(/^nodejs_heap_size_used_bytes(?:\{[^}]*\})? (\S+)/m.exec(text)?.[1] ?? NaN);
+}
+
+async function takeSnapshot(service: Service, cwd: string): Promise<string> {
+  const known = new Set(readdirSync(cwd));
+  service.child.kill('SIGUSR2');
+  let last = -1;
+  return until('heap snapshot', () => {
+    const found = readdirSync(cwd).find((f) => f.endsWith('.heapsnapshot') && !known.has(f));
+    if (found === undefined) return undefined;
+    const size = statSync(join(cwd, found)).size;
+    // Written when its size stops changing.
+    if (size > 0 && size === last) return join(cwd, found);
+    last = size;
+    return undefined;
+  }, 2000);
+}
+
+/** The heap of a snapshot (after the GC it forces), by constructor (or kind), largest first. */
+function heapComposition(file: string): { total: number; byName: Map<string, { count: number; bytes: number }> } {
+  const snapshot = JSON.parse(readFileSync(file, 'utf8')) as { snapshot: { meta: { node_fields: string[]; node_types: [string[]] } }; nodes: number[]; strings: string[] };
+  const fields = snapshot.snapshot.meta.node_fields;
+  const types = snapshot.snapshot.meta.node_types[0];
+  const width = fields.length;
+  const typeAt = fields.indexOf('type');
+  const nameAt = fields.indexOf('name');
+  const sizeAt = fields.indexOf('self_size');
+  const byName = new Map<string, { count: number; bytes: number }>();
+  let total = 0;
+  for (let i = 0; i < snapshot.nodes.length; i += width) {
+    total += snapshot.nodes[i + sizeAt] ?? 0;
+    const type = types[snapshot.nodes[i + typeAt] ?? 0] ?? '?';
+    const name = type === 'object' || type === 'closure' ? `${type === 'closure' ? 'closure ' : ''}${snapshot.strings[snapshot.nodes[i + nameAt] ?? 0] ?? '?'}` : `(${type})`;
+    const entry = byName.get(name) ?? { count: 0, bytes: 0 };
+    entry.count++;
+    entry.bytes += snapshot.nodes[i + sizeAt] ?? 0;
+    byName.set(name, entry);
+  }
+  return { total, byName };
+}
+
+/** What grew between two snapshots, per hub, largest first. */
+function heapGrowth(before: ReturnType<typeof heapComposition>, after: ReturnType<typeof heapComposition>, hubs: number): Array<{ name: string; count: number; perHub: number }> {
+  return [...after.byName.entries()]
+    .map(([name, e]) => {
+      const was = before.byName.get(name) ?? { count: 0, bytes: 0 };
+      return { name, count: e.count - was.count, perHub: Math.round((e.bytes - was.bytes) / hubs) };
+    })
+    .sort((a, b) => b.perHub - a.perHub)
+    .slice(0, 20);
+}
+
+function percentile(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? NaN;
+}
+
+// ---------------------------------------------------------------------------------------
+// The run
+
+interface Fleet {
+  readonly workers: ChildProcess[];
+  readonly reports: Map<ChildProcess, WorkerReport>;
+  total(field: 'connected' | 'back' | 'beatsOk' | 'beatsFailed'): number;
+  stopped(): Record<string, number>;
+  refused(): Record<string, number>;
+  mark(): void;
+  stop(): Promise<void>;
+}
+
+function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
+  const reports = new Map<ChildProcess, WorkerReport>();
+  const workers = Array.from({ length: WORKERS }, (_, w) => {
+    const worker = fork(join(__dirname, 'storm-fleet.ts'), [], { execArgv: ['--import', 'tsx', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    worker.on('message', (message: WorkerReport) => reports.set(worker, message));
+    worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w) } satisfies WorkerMessage);
+    return worker;
+  });
+  progress = () => `connected ${[...reports.values()].reduce((n, r) => n + r.connected, 0)}, back ${[...reports.values()].reduce((n, r) => n + r.back, 0)}, reconnects ${[...reports.values()].reduce((n, r) => n + r.reconnects, 0)}`;
+  const merge = (pick: (r: WorkerReport) => Record<string, number>): Record<string, number> => {
+    const out: Record<string, number> = {};
+    for (const r of reports.values()) for (const [k, v] of Object.entries(pick(r))) out[k] = (out[k] ?? 0) + v;
+    return out;
+  };
+  return {
+    workers,
+    reports,
+    total: (field) => [...reports.values()].reduce((sum, r) => sum + r[field], 0),
+    stopped: () => merge((r) => r.stopped),
+    refused: () => merge((r) => r.refused),
+    mark: () => {
+      reports.clear();
+      for (const w of workers) w.send({ kind: 'mark' } satisfies WorkerMessage);
+    },
+    stop: async () => {
+      await Promise.all(workers.map((w) => new Promise<void>((r) => {
+        w.once('exit', () => r());
+        w.send({ kind: 'stop' } satisfies WorkerMessage);
+      })));
+    },
+  };
+}
+
+/** One request at a time, as an app polling its device list. */
+function appLoop(baseUrl: string, accessToken: string): { stop(): Promise<Array<{ at: number; ms: number; status: number }>> } {
+  const samples: Array<{ at: number; ms: number; status: number }> = [];
+  let running = true;
+  const done = (async () => {
+    while (running) {
+      const t = performance.now();
+      let status = 0;
+      try {
+        const res = await fetch(`${baseUrl}/api/v1/devices?limit=20`, { headers: { Authorization: `Bearer ${accessToken}` }, signal: AbortSignal.timeout(5000) });
+        await res.arrayBuffer();
+        status = res.status;
+      } catch {
+        status = 0;
+      }
+      samples.push({ at: Date.now(), ms: performance.now() - t, status });
+      await sleep(APP_EVERY_MS);
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await done;
+      return samples;
+    },
+  };
+}
+
+async function embedded(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'hhc-storm-'));
+  const cwd = mkdtempSync(join(tmpdir(), 'hhc-storm-cwd-'));
+  try {
+    let t = performance.now();
+    const store = await openEmbeddedEventStore(dataDir);
+    const { hubs, owner } = await prepare(store);
+    await store.close();
+    console.log(`prepared ${HUBS} hubs in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    const accessToken = tokens.signAccess({ sub: owner, email: 'owner@example.com', role: 'user' });
+    const port = await freePort();
+    const baseUrl = `http://127.0.0.1:${port}`;
+    const env = { DATA_DIR: dataDir };
+    let service = startService(env, port, cwd);
+    await until('first start', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? true : undefined));
+    await sleep(3000);
+    const before = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
+    const heapBefore = HEAP_SNAPSHOT ? heapComposition(await takeSnapshot(service, cwd)) : null;
+
+    t = performance.now();
+    const fleet = startFleet(baseUrl, hubs);
+    await until('every hub connected', () => (fleet.total('connected') >= HUBS ? true : undefined), 250);
+    console.log(`${HUBS} hubs connected in ${((performance.now() - t) / 1000).toFixed(1)} s (refusals ${JSON.stringify(fleet.refused())})`);
+    await sleep(IDLE_MS);
+    const after = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
+    const memory = {
+      rssPerHubBytes: Math.round((after.rss - before.rss) / HUBS),
+      heapPerHubBytes: Math.round((after.heap - before.heap) / HUBS),
+      rssBeforeMiB: Math.round(before.rss / 2 ** 20),
+      rssAfterMiB: Math.round(after.rss / 2 ** 20),
+    };
+    console.log(`memory per idle hub: RSS ${memory.rssPerHubBytes} B, heap ${memory.heapPerHubBytes} B (RSS ${memory.rssBeforeMiB} → ${memory.rssAfterMiB} MiB)`);
+    let heapSnapshotPerHub: number | null = null;
+    if (heapBefore !== null) {
+      const heapAfter = heapComposition(await takeSnapshot(service, cwd));
+      heapSnapshotPerHub = Math.round((heapAfter.total - heapBefore.total) / HUBS);
+      console.log(`heap after GC (snapshots): ${heapSnapshotPerHub} B per hub; what grew, per hub:`);
+      for (const row of heapGrowth(heapBefore, heapAfter, HUBS)) console.log(`  ${row.name.padEnd(48)} ${String(row.count).padStart(9)} objects  ${row.perHub} B/hub`);
+      for (const f of readdirSync(cwd).filter((f) => f.endsWith('.heapsnapshot'))) rmSync(join(cwd, f), { force: true });
+    }
+
+    // The storm.
+    fleet.mark();
+    const app = appLoop(baseUrl, accessToken);
+    const killedAt = Date.now();
+    service.child.kill('SIGKILL');
+    await service.exited;
+    service = startService(env, port, cwd);
+    const health = await until('health after the kill', async () => ((await answers(`${baseUrl}/api/v1/health`)) ? Date.now() - killedAt : undefined), 20);
+    const devices = await until('GET /devices after the kill', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? Date.now() - killedAt : undefined), 20);
+    const allBack = await until('every hub back', () => (fleet.total('back') >= HUBS ? Date.now() - killedAt : undefined), 100);
+    const samples = await app.stop();
+    const beats = { acceptedSinceKill: fleet.total('beatsOk'), failedSinceKill: fleet.total('beatsFailed') };
+    const firstOk = samples.find((s) => s.status === 200)?.at ?? Infinity;
+    const served = samples.filter((s) => s.at >= firstOk);
+    const sorted = served.filter((s) => s.status === 200).map((s) => s.ms).sort((a, b) => a - b);
+    const result = {
+      mode: 'embedded',
+      hubs: HUBS,
+      memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub },
+      healthAfterKillMs: health,
+      devicesAfterKillMs: devices,
+      allHubsBackAfterKillMs: allBack,
+      gaveUp: fleet.stopped(),
+      refusals: fleet.refused(),
+      heartbeats: beats,
+      appGetDevices: { requests: served.length, p50: Number(percentile(sorted, 50).toFixed(1)), p99: Number(percentile(sorted, 99).toFixed(1)), max: Number((sorted.at(-1) ?? NaN).toFixed(1)), failed: served.filter((s) => s.status !== 200).length, fiveHundreds: served.filter((s) => s.status >= 500).length },
+      loadavg: loadavg().map((l) => Number(l.toFixed(2))),
+    };
+    console.log(JSON.stringify(result, null, 2));
+    await fleet.stop();
+    service.child.kill('SIGTERM');
+    await service.exited;
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+    rmSync(cwd, { recursive: true, force: true });
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Distributed: two API processes behind a balancer; the one holding the hubs is killed
+
+function balancer(backends: () => number[]): Promise<{ port: number; close(): void }> {
+  let next = 0;
+  const open = new Set<Socket>();
+  const server = createServer((client) => {
+    const live = backends();
+    const port = live[next++ % Math.max(1, live.length)];
+    if (port === undefined) {
+      client.destroy();
+      return;
+    }
+    const upstream = netConnect(port, '127.0.0.1');
+    open.add(client);
+    open.add(upstream);
+    const end = (): void => {
+      client.destroy();
+      upstream.destroy();
+      open.delete(client);
+      open.delete(upstream);
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  return new Promise((r) =>
+    server.listen(0, '127.0.0.1', () =>
+      r({
+        port: (server.address() as AddressInfo).port,
+        close: () => {
+          for (const s of open) s.destroy();
+          server.close();
+        },
+      }),
+    ),
+  );
+}
+
+async function distributed(): Promise<void> {
+  const { startStack } = await import('../test/support/stack');
+  const stack = await startStack();
+  const cwd = mkdtempSync(join(tmpdir(), 'hhc-storm-cwd-'));
+  try {
+    const portA = await freePort();
+    const portB = await freePort();
+    const env = { ...stack.env };
+    const a = startService(env, portA, cwd);
+    await until('A', async () => ((await answers(`http://127.0.0.1:${portA}/api/v1/health/ready`)) ? true : undefined), 100);
+    const b = startService({ ...env, ROLES: 'api' }, portB, cwd);
+    await until('B', async () => ((await answers(`http://127.0.0.1:${portB}/api/v1/health/ready`)) ? true : undefined), 100);
+    let live = [portA];
+    const lb = await balancer(() => live);
+    const baseUrl = `http://127.0.0.1:${lb.port}`;
+    // Devices through the API (the stand-in event store is another process).
+    const owner = randomUUID();
+    const hubs: HubSpec[] = [];
+    const t = performance.now();
+    for (let i = 0; i < HUBS; i += 200) {
+      const slice = Array.from({ length: Math.min(200, HUBS - i) }, (_, k) => i + k);
+      hubs.push(
+        ...(await Promise.all(
+          slice.map(async (n) => {
+            const sub = `${owner.slice(0, 24)}${String(Math.floor(n / DEVICES_PER_OWNER)).padStart(12, '0')}`;
+            const user = tokens.signAccess({ sub, email: `o${Math.floor(n / DEVICES_PER_OWNER)}@example.com`, role: 'user' });
+            const uuid = randomUUID();
+            const headers = { Authorization: `Bearer ${user}`, 'Content-Type': 'application/json' };
+            const reg = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/register`, { method: 'POST', headers, body: JSON.stringify({ uuid, deviceId: `HUB-${n}`, name: `Hub ${n}` }) });
+            if (reg.status !== 201) throw new Error(`register answered ${reg.status}: ${await reg.text()}`);
+            const issued = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/auth/${uuid}`, { method: 'POST', headers });
+            return { uuid, token: ((await issued.json()) as { token: string }).token };
+          }),
+        )),
+      );
+    }
+    console.log(`registered ${HUBS} hubs in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    const fleet = startFleet(baseUrl, hubs);
+    await until('every hub connected to A', () => (fleet.total('connected') >= HUBS ? true : undefined), 250);
+    live = [portA, portB];
+    fleet.mark();
+    const killedAt = Date.now();
+    a.child.kill('SIGKILL');
+    await a.exited;
+    live = [portB];
+    const allBack = await until('every hub served by B', () => (fleet.total('back') >= HUBS ? Date.now() - killedAt : undefined), 100);
+    console.log(JSON.stringify({ mode: 'distributed', hubs: HUBS, allHubsOnTheOtherAfterKillMs: allBack, gaveUp: fleet.stopped(), refusals: fleet.refused(), loadavg: loadavg() }, null, 2));
+    await fleet.stop();
+    lb.close();
+    b.child.kill('SIGTERM');
+    await b.exited;
+  } finally {
+    await stack.stop();
+    rmSync(cwd, { recursive: true, force: true });
+  }
+}
+
+(MODE === 'embedded' ? embedded() : distributed()).then(
+    () => process.exit(0),
+    (error: unknown) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );

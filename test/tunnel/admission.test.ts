@@ -1,0 +1,77 @@
+import { HubClient, type HubEvent } from '@home-hub-cloud/hub-client';
+import { createAdmission } from '../../src/tunnel/admission';
+import { createUser, startTestService, type TestService } from '../support/harness';
+import { connect, deviceToken, refusal, registerHub } from '../support/tunnel';
+
+/**
+ * Handshake admission (src/tunnel/admission.ts): device handshakes at a pace per process,
+ * the rest refused with `rate_limited` and `data: {retryAfter}` (decisions §5), each refused
+ * hub sent to its own later second; app handshakes never held back.
+ */
+
+describe('the admission pace', () => {
+  test('a burst of one second is admitted; the rest are booked one after another over the following seconds', () => {
+    let t = 1_000_000;
+    const admission = createAdmission({ perSecond: 10, now: () => t });
+    const answers = Array.from({ length: 40 }, () => admission.decide());
+    expect(answers.slice(0, 10)).toEqual(Array(10).fill(null));
+    // 30 refused at 10 per second: told 1, 1, ..., 2, ..., 3 seconds.
+    expect(answers.slice(10)).toEqual([...Array(10).fill(1), ...Array(10).fill(2), ...Array(10).fill(3)]);
+    expect(admission.stats()).toEqual({ admitted: 10, refused: 30 });
+    // A second later the bucket holds ten again.
+    t += 1000;
+    expect(Array.from({ length: 10 }, () => admission.decide())).toEqual(Array(10).fill(null));
+  });
+
+  test('never sends anyone further than the latest second', () => {
+    const admission = createAdmission({ perSecond: 1, maxRetryAfterSeconds: 5, now: () => 0 });
+    const answers = Array.from({ length: 20 }, () => admission.decide());
+    expect(Math.max(...answers.map((a) => a ?? 0))).toBe(5);
+  });
+});
+
+describe('against the service', () => {
+  let service: TestService;
+  beforeAll(async () => {
+    service = await startTestService('embedded', { TUNNEL_HANDSHAKES_PER_SECOND: '1' });
+  }, 60_000);
+  afterAll(async () => {
+    await service?.stop();
+  });
+
+  test('past the pace a hub is refused with rate_limited and a retryAfter; an app is not', async () => {
+    const owner = await createUser(service);
+    const hubs = await Promise.all([registerHub(service, owner), registerHub(service, owner)]);
+    const tokens = await Promise.all(hubs.map((hub) => deviceToken(service, hub, owner)));
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const first = await connect(service, tokens[0] ?? '');
+    const refused = await refusal(service, { token: tokens[1] });
+    expect(refused.message).toBe('rate_limited');
+    expect(refused.data).toEqual({ message: 'Too many connections at once, retry later', retryAfter: 1 });
+    const app = await connect(service, owner.accessToken);
+    expect(app.socket.connected).toBe(true);
+    first.close();
+    app.close();
+  });
+
+  test('the hub client obeys it: waits the retryAfter it was given, then connects', async () => {
+    const owner = await createUser(service);
+    const hubs = await Promise.all([registerHub(service, owner), registerHub(service, owner)]);
+    const tokens = await Promise.all(hubs.map((hub) => deviceToken(service, hub, owner)));
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const clients = hubs.map((hub, i) => new HubClient({ baseUrl: service.baseUrl, uuid: hub.uuid, tokens: { load: () => tokens[i] ?? null, save: () => undefined }, random: () => 0.5 }));
+    const events: HubEvent[][] = [[], []];
+    clients.forEach((client, i) => client.on((event) => events[i]?.push(event)));
+    try {
+      await Promise.all(clients.map((client) => client.start()));
+      for (let i = 0; i < 100 && !clients.every((c) => c.connected); i++) await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(clients.map((c) => c.connected)).toEqual([true, true]);
+      const refusedAll = events.flat().filter((e) => e.type === 'refused');
+      expect(refusedAll).toEqual([{ type: 'refused', code: 'rate_limited', retryAfter: 1 }]);
+      // The wait asked for: the second given, plus a spread within the next second.
+      expect(events.flat().filter((e) => e.type === 'reconnecting')).toEqual([{ type: 'reconnecting', attempt: 0, delayMs: 1500, cause: 'rate_limited' }]);
+    } finally {
+      for (const client of clients) client.stop();
+    }
+  });
+});

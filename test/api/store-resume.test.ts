@@ -15,6 +15,8 @@ import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
  */
 
 const UNAVAILABLE = { statusCode: 503, message: 'Service unavailable', error: 'Service Unavailable' };
+/** A hang guard for the service's start (under tsx), not a speed requirement: a loaded machine took over 30 s. */
+const START_TIMEOUT_MS = 90_000;
 const ADMIN_EMAIL = 'resume.admin@example.com';
 const tokens = createTokens({
   jwtAccessSecret: TEST_SECRETS.JWT_ACCESS_SECRET,
@@ -92,8 +94,8 @@ describe('MongoDB unreachable for a while (distributed mode)', () => {
       MONGODB_URI: uri,
       ADMIN_EMAILS: ADMIN_EMAIL,
       READ_YOUR_WRITES_TIMEOUT_MS: '500',
-    });
-  }, 60_000);
+    }, START_TIMEOUT_MS);
+  }, START_TIMEOUT_MS + 30_000);
   afterAll(async () => {
     await service?.kill();
     await proxy?.stop();
@@ -165,8 +167,8 @@ describe('the event store unreachable for a while (distributed mode)', () => {
       ...stack.env,
       EVENTSTORE_URL: `esdb://127.0.0.1:${proxy.port}?tls=false`,
       READ_YOUR_WRITES_TIMEOUT_MS: '500',
-    });
-  }, 60_000);
+    }, START_TIMEOUT_MS);
+  }, START_TIMEOUT_MS + 30_000);
   afterAll(async () => {
     await service?.kill();
     await proxy?.stop();

@@ -141,11 +141,14 @@ describe('MongoDB unreachable for a while (distributed mode)', () => {
     const up = await eventually(() => ready(service), (r) => r.status === 200, 'readiness 200 again');
     expect(Object.values(up.body.checks).map((c) => c.status)).toEqual(Object.values(up.body.checks).map(() => 'ok'));
     // It resumed from its checkpoint: the events before the outage were not applied again.
-    const caughtUp = service
-      .output()
-      .split('\n')
-      .filter((line) => line.includes('"msg":"projector caught up"'))
-      .map((line) => (JSON.parse(line) as { eventsApplied: number }).eventsApplied);
+    // The restarted projector logs its catch-up after applying what it found (which the read above may see first).
+    const caughtUpLines = (): number[] =>
+      service
+        .output()
+        .split('\n')
+        .filter((line) => line.includes('"msg":"projector caught up"'))
+        .map((line) => (JSON.parse(line) as { eventsApplied: number }).eventsApplied);
+    const caughtUp = await eventually(async () => caughtUpLines(), (lines) => lines.length >= 2, 'the restarted projector caught up');
     const eventsAfter = await countEvents(stack.env.EVENTSTORE_URL);
     expect(caughtUp.length).toBeGreaterThanOrEqual(2);
     expect(caughtUp.at(-1)).toBeLessThanOrEqual(eventsAfter - eventsBefore);

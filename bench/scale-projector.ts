@@ -14,7 +14,7 @@ import { performance } from 'node:perf_hooks';
 import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
 import type { EventStore } from '../src/infra/eventstore/port';
 import { createMemoryReadStore } from '../src/infra/readstore/memory';
-import type { ReadCollection, ReadDoc, ReadStore } from '../src/infra/readstore/port';
+import type { CheckpointGuard, ReadCollection, ReadDoc, ReadStore } from '../src/infra/readstore/port';
 import { allProjections } from '../src/projections';
 import { startProjector } from '../src/projections/projector';
 import { generateWorkload } from './workload';
@@ -69,6 +69,7 @@ function overNetwork(inner: ReadStore, rttMs: number, calls: { count: number }):
     },
     getCheckpoint: remote((name: string) => inner.getCheckpoint(name)),
     setCheckpoint: remote((name: string, value: string) => inner.setCheckpoint(name, value)),
+    advanceCheckpoint: remote((name: string, value: string, guard: CheckpointGuard) => inner.advanceCheckpoint(name, value, guard)),
     ping: () => inner.ping(),
     close: () => inner.close(),
   };

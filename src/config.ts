@@ -88,6 +88,8 @@ const envSchema = z.object({
   JWT_ACCESS_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
   JWT_REFRESH_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
   JWT_DEVICE_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
+  /** Wraps the per-person data keys of crypto-shredding and keys the e-mail reservation hashes (decisions §11). */
+  DATA_KEY_ENCRYPTION_KEY: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
   APP_ORIGIN: url(['http', 'https']),
   TRUST_PROXY: trustProxy,
   ADMIN_EMAILS: commaList,
@@ -119,6 +121,12 @@ export interface Secrets {
   readonly jwtRefreshSecret: string;
   readonly jwtDeviceSecret: string;
   readonly internalApiKeys: readonly string[];
+  /**
+   * The key-encryption key of the personal data keys (src/privacy). Always set once the
+   * configuration is resolved: required in distributed mode, generated once in DATA_DIR in
+   * embedded mode when not given.
+   */
+  readonly dataKeyEncryptionKey?: string;
 }
 
 interface CommonConfig {
@@ -214,6 +222,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         ...(e.JWT_REFRESH_SECRET ? { jwtRefreshSecret: e.JWT_REFRESH_SECRET } : {}),
         ...(e.JWT_DEVICE_SECRET ? { jwtDeviceSecret: e.JWT_DEVICE_SECRET } : {}),
         ...(e.INTERNAL_API_KEYS.length > 0 ? { internalApiKeys: e.INTERNAL_API_KEYS } : {}),
+        ...(e.DATA_KEY_ENCRYPTION_KEY ? { dataKeyEncryptionKey: e.DATA_KEY_ENCRYPTION_KEY } : {}),
       },
     };
   }
@@ -231,6 +240,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     if (value === undefined) problems.push(`${name}: required in distributed mode (secrets have no defaults)`);
   }
   if (e.INTERNAL_API_KEYS.length === 0) problems.push('INTERNAL_API_KEYS: required in distributed mode (secrets have no defaults)');
+  if (e.DATA_KEY_ENCRYPTION_KEY === undefined) problems.push('DATA_KEY_ENCRYPTION_KEY: required in distributed mode (secrets have no defaults)');
   const distinct = new Set(Object.values(requiredSecrets).filter((v) => v !== undefined));
   if (distinct.size < Object.values(requiredSecrets).filter((v) => v !== undefined).length) {
     problems.push('JWT_ACCESS_SECRET, JWT_REFRESH_SECRET, JWT_DEVICE_SECRET: must differ from each other');
@@ -248,6 +258,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       jwtRefreshSecret: e.JWT_REFRESH_SECRET as string,
       jwtDeviceSecret: e.JWT_DEVICE_SECRET as string,
       internalApiKeys: e.INTERNAL_API_KEYS,
+      dataKeyEncryptionKey: e.DATA_KEY_ENCRYPTION_KEY as string,
     },
   };
 }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { EmbeddedConfig, Secrets } from './config';
@@ -9,11 +9,19 @@ const storedSecrets = z.object({
   jwtRefreshSecret: z.string().min(32),
   jwtDeviceSecret: z.string().min(32),
   internalApiKeys: z.array(z.string().min(1)).min(1),
+  // Added later: a secrets file of an earlier version gets one at its next start.
+  dataKeyEncryptionKey: z.string().min(32).optional(),
 });
 
 function generate(): Secrets {
   const secret = (): string => randomBytes(48).toString('base64url');
-  return { jwtAccessSecret: secret(), jwtRefreshSecret: secret(), jwtDeviceSecret: secret(), internalApiKeys: [secret()] };
+  return {
+    jwtAccessSecret: secret(),
+    jwtRefreshSecret: secret(),
+    jwtDeviceSecret: secret(),
+    internalApiKeys: [secret()],
+    dataKeyEncryptionKey: secret(),
+  };
 }
 
 /**
@@ -27,7 +35,13 @@ export function resolveEmbeddedSecrets(config: EmbeddedConfig): { secrets: Secre
   if (!existsSync(file)) writeSecretsFile(config.dataDir, file, generate());
   const parsed = storedSecrets.safeParse(JSON.parse(readFileSync(file, 'utf8')));
   if (!parsed.success) throw new Error(`${file} is not a valid secrets file; remove it to generate new secrets`);
-  return { secrets: { ...parsed.data, ...config.secrets }, file };
+  let stored: Secrets = parsed.data;
+  if (stored.dataKeyEncryptionKey === undefined) {
+    // A secrets file of a version before crypto-shredding: the key is added once, the rest kept.
+    stored = { ...stored, dataKeyEncryptionKey: randomBytes(48).toString('base64url') };
+    writeSecretsFile(config.dataDir, file, stored, 'replace');
+  }
+  return { secrets: { ...stored, ...config.secrets }, file };
 }
 
 /**
@@ -36,7 +50,7 @@ export function resolveEmbeddedSecrets(config: EmbeddedConfig): { secrets: Secre
  * the ones read). A write that fails (a full disk) leaves no empty or partial file that would
  * stop every later start.
  */
-function writeSecretsFile(directory: string, file: string, secrets: Secrets): void {
+function writeSecretsFile(directory: string, file: string, secrets: Secrets, mode: 'create' | 'replace' = 'create'): void {
   const temporary = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
   try {
     const fd = openSync(temporary, 'wx', 0o600);
@@ -51,10 +65,14 @@ function writeSecretsFile(directory: string, file: string, secrets: Secrets): vo
     } finally {
       closeSync(fd);
     }
-    try {
-      linkSync(temporary, file);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    if (mode === 'replace') {
+      renameSync(temporary, file);
+    } else {
+      try {
+        linkSync(temporary, file);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      }
     }
     const dir = openSync(directory, 'r');
     try {

@@ -73,7 +73,9 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
 
   // 4. The API and the tunnel, or, without the api role, health, readiness and metrics only.
   const readiness = createReadiness(infra, lag, logger);
-  const api: ApiRole | null = roles.has('api') ? await startApiRole({ config, infra, logger, metrics, clock, deviceStates, readiness }) : null;
+  const api: ApiRole | null = roles.has('api')
+    ? await startApiRole({ config, infra, logger, metrics, clock, deviceStates, readiness, afterErasure: async () => snapshots?.write() })
+    : null;
   const server: Server = api?.server ?? createServer(createOperationsApp({ logger, metrics, health: { readiness } }));
   answerClientErrors(server);
   const traffic = trackTraffic(server);
@@ -84,7 +86,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   const port = (server.address() as AddressInfo).port;
   // 5. Embedded: start snapshots, the first one now if the start replayed anything.
   if (config.mode === 'embedded' && projector !== null && infra.snapshot !== null) {
-    snapshots = startEmbeddedSnapshots(config, infra.snapshot, logger, () => api?.exportRevocations() ?? null);
+    snapshots = startEmbeddedSnapshots(config, infra.snapshot, logger);
     void snapshots.write();
   }
   logger.info(

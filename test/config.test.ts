@@ -7,6 +7,7 @@ const secrets = {
   JWT_REFRESH_SECRET: 'b'.repeat(40),
   JWT_DEVICE_SECRET: 'c'.repeat(40),
   INTERNAL_API_KEYS: 'k1, k2',
+  DATA_KEY_ENCRYPTION_KEY: 'd'.repeat(40),
 };
 const services = { EVENTSTORE_URL: 'esdb://127.0.0.1:2113?tls=false', MONGODB_URI: 'mongodb://127.0.0.1:27017/hhc', REDIS_URL: 'redis://127.0.0.1:6379' };
 
@@ -44,7 +45,7 @@ describe('configuration', () => {
 
   test('distributed mode has no default secrets: each missing one is named', () => {
     const problems = problemsOf({ ...services });
-    for (const name of ['JWT_ACCESS_SECRET', 'JWT_REFRESH_SECRET', 'JWT_DEVICE_SECRET', 'INTERNAL_API_KEYS']) {
+    for (const name of ['JWT_ACCESS_SECRET', 'JWT_REFRESH_SECRET', 'JWT_DEVICE_SECRET', 'INTERNAL_API_KEYS', 'DATA_KEY_ENCRYPTION_KEY']) {
       expect(problems.some((p) => p.startsWith(name))).toBe(true);
     }
   });

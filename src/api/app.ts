@@ -13,6 +13,7 @@ import { adminRoutes, type AdminDeps } from './routes/admin';
 import { openApiRoutes } from './routes/openapi';
 import { docsRoutes } from './routes/docs';
 import { userRoutes, type UserRouteDeps } from './routes/users';
+import { privacyRoutes, type PrivacyDeps } from './routes/privacy';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
 
@@ -30,6 +31,8 @@ export interface AppDeps {
   /** Device history and state at an instant (decisions §9). */
   readonly audit: AuditDeps;
   readonly admin: AdminDeps;
+  /** Erasure and export (decisions §11). */
+  readonly privacy?: PrivacyDeps;
   /** Counts every request against its tier before anything else can answer it. */
   readonly rateLimit: RequestHandler;
   readonly metrics: Metrics;
@@ -58,6 +61,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(`${V1}/auth`, rememberRouteBase, authRoutes(deps.auth));
   app.use(`${V1}/users`, rememberRouteBase, userRoutes(deps.users));
   app.use(`${V1}/admin`, rememberRouteBase, adminRoutes(deps.admin));
+  if (deps.privacy !== undefined) app.use(V1, rememberRouteBase, privacyRoutes(deps.privacy));
   app.use(V1, rememberRouteBase, healthRoutes(deps.health));
   app.use(V1, rememberRouteBase, openApiRoutes());
   app.use(V1, rememberRouteBase, docsRoutes());

@@ -1,5 +1,5 @@
 import type { ErrorRequestHandler, RequestHandler } from 'express';
-import { DomainError, RateLimitedError, ValidationError } from '../domain/errors';
+import { DomainError, RateLimitedError, ServiceUnavailableError, ValidationError } from '../domain/errors';
 import { isTransientStoreError } from '../infra/transient';
 import type { Logger } from '../logger';
 
@@ -50,6 +50,11 @@ function isClientHttpError(error: unknown): error is ClientHttpError {
   return typeof status === 'number' && status >= 400 && status < 500;
 }
 
+/** A store that cannot take writes for now (EventStoreUnavailableError: `statusCode` 503). */
+function isServiceUnavailable(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && (error as { statusCode?: unknown }).statusCode === 503;
+}
+
 /** Maps every error once to the spec's bodies; never leaks a stack or an internal message. */
 export function errorMiddleware(logger: Logger): ErrorRequestHandler {
   return (error: unknown, req, res, _next) => {
@@ -69,6 +74,11 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
       res.status(429).json({ ...errorBody(429, 'Rate limit exceeded'), retryAfter: error.retryAfterSeconds });
       return;
     }
+    if (error instanceof ServiceUnavailableError) {
+      res.setHeader('Retry-After', '1');
+      res.status(503).json(errorBody(503, error.message));
+      return;
+    }
     if (error instanceof DomainError) {
       const status = KIND_STATUS[error.kind];
       res.status(status).json(errorBody(status, error.message));
@@ -86,8 +96,9 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
       res.status(error.status).json(errorBody(error.status, message));
       return;
     }
-    if (isTransientStoreError(error)) {
-      // A store unreachable or failing over: the outage's, not the request's (and not a bug).
+    if (isTransientStoreError(error) || isServiceUnavailable(error)) {
+      // A store unreachable or failing over, or one that cannot write for now (a full disk):
+      // the outage's, not the request's (and not a bug).
       logger.warn({ err: error, requestId: res.getHeader('X-Request-Id'), method: req.method, url: req.originalUrl }, 'store unavailable');
       res.status(503).json(errorBody(503, SERVICE_UNAVAILABLE));
       return;

@@ -78,6 +78,7 @@ export function accountingFor(req: Request, res: Response, deps: Pick<RateLimitD
   }
   const userId = accessUser(req, res, deps.tokens);
   if (route?.tier === 'register' && userId !== null) return { tier: 'register', key: `user:${userId}` };
+  if (route?.tier === 'export' && userId !== null) return { tier: 'export', key: `user:${userId}` };
   return { tier: 'general', key: userId !== null ? `user:${userId}` : ip };
 }
 

@@ -1,130 +1,107 @@
 import { UnauthorizedError } from '../domain/errors';
-import { STREAM_PREFIXES, asHomeHubEvent } from '../domain/events';
+import { STREAM_PREFIXES } from '../domain/events';
 import type { EventStore, RecordedEvent, Subscription } from '../infra/eventstore/port';
-import { formatPosition, parsePosition } from '../infra/eventstore/port';
+import { comparePositions, parsePosition, type GlobalPosition } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import { CHECKPOINT_NAME } from '../projections/projector';
-import { USERS_COLLECTION, type UserDoc } from '../projections/users';
-import { ACCESS_TOKEN_TTL_SECONDS, TOKEN_MESSAGES, type AccessClaims, type Tokens } from './tokens';
+import {
+  accessRevocationIds,
+  evolveAccessRevocationDoc,
+  relevantAccessRevocations,
+  type AccessRevocationDoc,
+} from '../projections/access-revocations';
+import { TOKEN_MESSAGES, type AccessClaims, type Tokens } from './tokens';
+
+/** An access token's lifetime and a minute more for clocks that disagree. */
+const CUT_MATTERS_MS = 960_000;
 
 /**
- * Access tokens that end with their account (decisions §3): once the CRM deactivates a user,
- * every access token issued before that moment is refused with 401 `Token has been revoked`,
- * on HTTP and on the tunnel, on every process; after a reactivation the user logs in again.
+ * Access tokens that end before they expire (decisions §3): a deactivation, a password reset,
+ * a detected reuse. From that moment the tokens they cover are refused with 401 `Token has
+ * been revoked`, on HTTP and on the tunnel, on every process.
  *
- * Checked in memory on every request: each API process follows the user and session streams
- * and keeps, per user deactivated within the last access-token lifetime (or still inactive),
- * what it takes to judge a token. A token's `iat` is in whole seconds, so a token issued in
- * the very second of the deactivation is judged by its refresh-token family: the families
- * the deactivation revoked are the ones opened before it.
+ * Checked in memory on every request. What is kept is the access-revocations read model
+ * (src/projections/access-revocations.ts), the documents that still refuse something, folded
+ * with the same pure `evolve` from the user and session events this process follows: a start
+ * loads them at the projector's checkpoint and follows the log from there, so it never needs
+ * a snapshot of its own and never forgets a cut made before it started.
  */
-
-interface Cutoff {
-  inactive: boolean;
-  /** `iat` below this second: issued before the deactivation. */
-  readonly second: number;
-  /** When this entry stops mattering once the user is active again (every older token expired). */
-  readonly forgetAfterMs: number;
-  /** Families revoked by the deactivation: their tokens of that very second are refused. */
-  readonly families: Set<string>;
-}
 
 export interface AccessRevocations {
   /** True when this access token may no longer be used. */
   isRevoked(claims: Pick<AccessClaims, 'sub' | 'iat' | 'fam'>): boolean;
-  /** Applies one event of a `user-` or `session-` stream. */
+  /** Applies one event of a `user-` or `session-` stream, in log order. */
   apply(event: RecordedEvent): void;
-  /** Marks a user inactive, as read from the users read model at start. */
-  markInactive(userId: string, sinceMs: number): void;
-  /** Told of every user whose tokens were just revoked (the tunnel closes their sockets). */
+  /** Adds documents read from the read model (before any event is applied). */
+  load(docs: readonly AccessRevocationDoc[]): void;
+  /** Told of every user some of whose tokens were just revoked (the tunnel closes those sockets). */
   onRevoked(listener: (userId: string) => void): void;
   /** Users currently tracked (for tests and metrics). */
   size(): number;
-  /** What is tracked, as plain values (a start snapshot keeps it). */
-  exportState(): RevocationsState;
-  /** Adds what `exportState` gave (before any event is applied). */
-  importState(state: RevocationsState): void;
 }
 
-/** One tracked user, as a start snapshot keeps it. */
-export interface RevokedUser {
-  readonly userId: string;
-  readonly inactive: boolean;
-  readonly second: number;
-  readonly forgetAfterMs: number;
-  readonly families: readonly string[];
+/** What revokes tokens at once (a reactivation or a new family never does). */
+function revokes(event: RecordedEvent): boolean {
+  switch (event.type) {
+    case 'UserDeactivated':
+    case 'UserErased':
+      return true;
+    case 'PasswordChanged':
+      return (event.data as { reason?: unknown }).reason === 'reset';
+    case 'RefreshRevoked':
+      return (event.data as { reason?: unknown }).reason !== 'logout';
+    default:
+      return false;
+  }
 }
-
-export type RevocationsState = readonly RevokedUser[];
-
-/** Margin on top of the access-token lifetime before a reactivated user's entry is dropped. */
-const FORGET_MARGIN_MS = 60_000;
 
 export function createAccessRevocations(now: () => number = Date.now): AccessRevocations {
-  const cutoffs = new Map<string, Cutoff>();
+  const docs = new Map<string, AccessRevocationDoc>();
   const listeners: Array<(userId: string) => void> = [];
+  let nextSweep = 0;
 
   const forgetExpired = (): void => {
     const t = now();
-    for (const [userId, cutoff] of cutoffs) if (!cutoff.inactive && cutoff.forgetAfterMs < t) cutoffs.delete(userId);
-  };
-
-  const deactivate = (userId: string, atMs: number): void => {
-    cutoffs.set(userId, {
-      inactive: true,
-      second: Math.floor(atMs / 1000),
-      forgetAfterMs: atMs + ACCESS_TOKEN_TTL_SECONDS * 1000 + FORGET_MARGIN_MS,
-      families: new Set(),
-    });
-    for (const listener of listeners) listener(userId);
+    if (t < nextSweep) return;
+    nextSweep = t + 60_000;
+    const iso = new Date(t).toISOString();
+    for (const [userId, doc] of docs) if (doc.relevantUntil <= iso) docs.delete(userId);
   };
 
   return {
     isRevoked({ sub, iat, fam }) {
-      const cutoff = cutoffs.get(sub);
-      if (cutoff === undefined) return false;
-      if (cutoff.inactive) return true;
-      if (iat < cutoff.second) return true;
-      if (iat > cutoff.second) return false;
-      return fam === undefined || cutoff.families.has(fam);
+      const doc = docs.get(sub);
+      if (doc === undefined) return false;
+      if (doc.inactive) return true;
+      if (Date.parse(doc.relevantUntil) <= now()) return false;
+      if (fam === undefined) {
+        // Never issued by login or refresh: judged by the deactivation second alone.
+        return doc.deactivatedAt !== null && iat <= Math.floor(Date.parse(doc.deactivatedAt) / 1000);
+      }
+      if (doc.revokedFamilies.some((f) => f.familyId === fam)) return true;
+      // The cut matters while a token from before it can still be alive.
+      if (doc.cutAt === null || Date.parse(doc.cutAt) + CUT_MATTERS_MS <= now()) return false;
+      return !doc.openedAfterCut.includes(fam);
     },
     apply(recorded) {
-      const event = asHomeHubEvent(recorded);
-      if (event === null) return;
-      switch (event.type) {
-        case 'UserDeactivated':
-          forgetExpired();
-          deactivate(event.data.userId, Date.parse(event.data.deactivatedAt));
-          return;
-        case 'UserReactivated': {
-          const cutoff = cutoffs.get(event.data.userId);
-          if (cutoff !== undefined) cutoff.inactive = false;
-          return;
-        }
-        case 'RefreshRevoked':
-          if (event.data.reason === 'deactivated') cutoffs.get(event.data.userId)?.families.add(event.data.familyId);
-          return;
-        default:
-          return;
+      for (const id of accessRevocationIds(recorded)) {
+        const before = docs.get(id) ?? null;
+        const after = evolveAccessRevocationDoc(before, recorded, id);
+        if (after === before) continue;
+        if (after === null) docs.delete(id);
+        else docs.set(id, after);
+        if (revokes(recorded)) for (const listener of listeners) listener(id);
       }
+      forgetExpired();
     },
-    markInactive(userId, sinceMs) {
-      if (!cutoffs.has(userId)) deactivate(userId, sinceMs);
+    load(loaded) {
+      for (const doc of loaded) docs.set(doc.id, doc);
     },
     onRevoked(listener) {
       listeners.push(listener);
     },
-    size: () => cutoffs.size,
-    exportState: () =>
-      [...cutoffs].map(([userId, c]) => ({ userId, inactive: c.inactive, second: c.second, forgetAfterMs: c.forgetAfterMs, families: [...c.families] })),
-    importState(state) {
-      for (const user of state) {
-        const { inactive, second, forgetAfterMs } = user;
-        cutoffs.set(user.userId, { inactive, second, forgetAfterMs, families: new Set(user.families) });
-      }
-      forgetExpired();
-    },
+    size: () => docs.size,
   };
 }
 
@@ -142,49 +119,59 @@ export function withAccessRevocations(tokens: Tokens, revocations: AccessRevocat
 
 export interface AccessRevocationFeed {
   readonly revocations: AccessRevocations;
-  /** The state with the position of the last event it reflects (for a start snapshot). */
-  exportState(): RevocationsSnapshot;
+  /** The position of the last event applied (null: none since the checkpoint it started from). */
+  position(): GlobalPosition | null;
+  /** True once every event up to `position` is applied here; false when `timeoutMs` passed first. */
+  waitFor(position: GlobalPosition, timeoutMs: number): Promise<boolean>;
+  /** Told of every position applied (the cluster registry publishes it). */
+  onApplied(listener: (position: GlobalPosition) => void): void;
   stop(): Promise<void>;
-}
-
-/** The revocations at a log position: a start goes on from there. */
-export interface RevocationsSnapshot {
-  /** Formatted global position (null: before the first event). */
-  readonly position: string | null;
-  readonly state: RevocationsState;
 }
 
 const FEED_RETRY_MS = 1000;
 
 /**
- * Starts following deactivations. Resolves once the users that are inactive at the
- * projector's checkpoint P are known; the subscription then goes on from P, so nothing
- * between the read and the subscription is missed.
- *
- * With `restored` (embedded mode, from a start snapshot taken at R <= P), what was tracked
- * at R is known too — users reactivated within the token lifetime among them, which the
- * read model cannot tell — and the subscription goes on from R instead.
+ * Starts following the user and session streams. Resolves once the revocations are complete:
+ * the read model's documents at the projector's checkpoint P are loaded, and every event
+ * after P up to the head of the log is applied (a process never serves with a partial view,
+ * decisions §3). The subscription then goes on live.
  */
 export async function startAccessRevocationFeed(deps: {
   readonly eventStore: EventStore;
   readonly readStore: ReadStore;
   readonly logger: Logger;
-  readonly restored?: RevocationsSnapshot;
+  readonly now?: () => number;
 }): Promise<AccessRevocationFeed> {
   const { eventStore, readStore, logger } = deps;
-  const revocations = createAccessRevocations();
+  const now = deps.now ?? Date.now;
+  const revocations = createAccessRevocations(now);
   let stopped = false;
   let subscription: Subscription | null = null;
+  const appliedListeners: Array<(position: GlobalPosition) => void> = [];
+  let waiters: Array<{ position: GlobalPosition; resolve: (reached: boolean) => void; timer: NodeJS.Timeout }> = [];
 
   const checkpoint = await readStore.getCheckpoint(CHECKPOINT_NAME);
-  if (deps.restored !== undefined) revocations.importState(deps.restored.state);
-  const inactive = await readStore.collection<UserDoc>(USERS_COLLECTION).find({ where: { isActive: false } });
-  for (const user of inactive) revocations.markInactive(user.id, Date.parse(user.updatedAt));
+  revocations.load(await relevantAccessRevocations(readStore, new Date(now())));
+  let from = checkpoint === null ? null : parsePosition(checkpoint);
+  const reached = (p: GlobalPosition): boolean => from !== null && comparePositions(from, p) >= 0;
+
+  const advanced = (): void => {
+    if (from === null) return;
+    const position = from;
+    for (const listener of appliedListeners) listener(position);
+    if (waiters.length === 0) return;
+    const still: typeof waiters = [];
+    for (const w of waiters) {
+      if (reached(w.position)) {
+        clearTimeout(w.timer);
+        w.resolve(true);
+      } else still.push(w);
+    }
+    waiters = still;
+  };
 
   let markCaughtUp: () => void = () => undefined;
   const caughtUp = new Promise<void>((resolve) => (markCaughtUp = resolve));
-  const start = deps.restored !== undefined ? deps.restored.position : checkpoint;
-  let from = start === null ? null : parsePosition(start);
   const loop = (async () => {
     while (!stopped) {
       const current = eventStore.subscribe({
@@ -200,6 +187,7 @@ export async function startAccessRevocationFeed(deps: {
           }
           from = item.event.position;
           revocations.apply(item.event);
+          advanced();
         }
       } catch (error) {
         if (!stopped) logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'access revocations: subscription failed; resubscribing');
@@ -208,14 +196,32 @@ export async function startAccessRevocationFeed(deps: {
       if (!stopped) await new Promise((resolve) => setTimeout(resolve, FEED_RETRY_MS).unref());
     }
   })();
-  // From a snapshot, what happened since R may reactivate a user the snapshot has as inactive: known before the API opens.
-  if (deps.restored !== undefined) await caughtUp;
+  // Every cut made before this start is known before the API opens (a stale or missing snapshot, a new process).
+  await Promise.race([caughtUp, loop]);
 
   return {
     revocations,
-    exportState: () => ({ position: from === null ? null : formatPosition(from), state: revocations.exportState() }),
+    position: () => from,
+    waitFor(position, timeoutMs) {
+      if (reached(position)) return Promise.resolve(true);
+      return new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => {
+          waiters = waiters.filter((w) => w.timer !== timer);
+          resolve(false);
+        }, timeoutMs);
+        waiters.push({ position, resolve, timer });
+      });
+    },
+    onApplied(listener) {
+      appliedListeners.push(listener);
+    },
     async stop() {
       stopped = true;
+      for (const w of waiters) {
+        clearTimeout(w.timer);
+        w.resolve(false);
+      }
+      waiters = [];
       await subscription?.close().catch(() => undefined);
       await loop;
     },

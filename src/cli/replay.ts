@@ -18,6 +18,7 @@ import { deviceHistory, deviceStateAt, deviceStreamExists } from '../audit/devic
 import { deviceHistoryQuery, deviceStateQuery } from '../api/schemas/audit';
 import { ConfigError, loadConfig, type Config } from '../config';
 import { ValidationError } from '../domain/errors';
+import { readableEventStore } from '../privacy/open-store';
 import { EVENT_LOG_FILE_NAME, EventStoreLockedError, openEmbeddedEventStore } from '../infra/eventstore/embedded';
 import { createEsdbEventStore } from '../infra/eventstore/esdb';
 import type { EventStore } from '../infra/eventstore/port';
@@ -62,15 +63,11 @@ interface Opened {
 }
 
 async function openEventStore(config: Config): Promise<Opened> {
-  if (config.mode === 'distributed') {
-    const eventStore = createEsdbEventStore(config.eventStoreUrl);
-    return { eventStore, close: () => eventStore.close() };
-  }
+  if (config.mode === 'distributed') return readableEventStore(config, createEsdbEventStore(config.eventStoreUrl));
   // Opening creates a log; an auditor pointing at the wrong directory should hear so instead.
   if (!existsSync(join(config.dataDir, EVENT_LOG_FILE_NAME))) throw new CliFailure(`No event log in ${config.dataDir} (DATA_DIR)`);
   try {
-    const eventStore = await openEmbeddedEventStore(config.dataDir);
-    return { eventStore, close: () => eventStore.close() };
+    return await readableEventStore(config, await openEmbeddedEventStore(config.dataDir));
   } catch (error) {
     if (error instanceof EventStoreLockedError) {
       throw new CliFailure(

@@ -13,6 +13,7 @@ import type { Logger } from '../logger';
 import type { LoginOutcome } from '../metrics';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
+import { familyCut } from '../auth/session-cutoff';
 import { handleCommand, loadAggregate, newCommandContext, type Clock } from './handler';
 import { latestPosition, type ClientInfo, type SessionCommands } from './sessions';
 
@@ -47,6 +48,8 @@ export interface AuthCommandDeps {
   readonly appOrigin: string | undefined;
   /** Told of every login answered: succeeded, or failed (wrong credentials, inactive account). */
   readonly onLogin?: (outcome: LoginOutcome) => void;
+  /** Resolves once every API process refuses the access tokens a revocation at `position` ended (503 after a timeout). */
+  readonly revocationsApplied?: (position: GlobalPosition) => Promise<void>;
 }
 
 export interface TokenPair {
@@ -112,14 +115,39 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
   };
 
   /**
+   * A real account that stands in for an unknown e-mail: its stream and its credential are read
+   * instead, so those reads cost what a known account's do (a missing stream or key answers
+   * faster). Looked up once, in the background; until then a key no account has stands in.
+   */
+  let decoy: string | null = null;
+  let lookingForDecoy = false;
+  const decoyUserId = (): string => {
+    if (decoy === null && !lookingForDecoy) {
+      lookingForDecoy = true;
+      users()
+        .find({ limit: 1 })
+        .then(
+          ([doc]) => {
+            decoy = doc?.id ?? null;
+          },
+          () => undefined,
+        )
+        .finally(() => {
+          lookingForDecoy = false;
+        });
+    }
+    return decoy ?? NO_USER_ID;
+  };
+
+  /**
    * Whether the password is the user's. The same work whatever the case — no such user, no
    * password of its own yet (a synced user), or a wrong one: one read of the credential store
-   * (a stand-in's key when there is nothing to read) and one verification.
+   * (the stand-in's when the e-mail is unknown) and one verification.
    */
-  const passwordMatches = async (user: ExistingUser | null, password: string): Promise<boolean> => {
-    const own = user !== null && user.passwordVersion > 0;
-    const hash = await credentials.get(own ? user.userId : NO_USER_ID, own ? user.passwordVersion : 1);
-    if (!own || hash === null) {
+  const passwordMatches = async (read: ExistingUser | null, user: ExistingUser | null, password: string): Promise<boolean> => {
+    const stored = read !== null && read.passwordVersion > 0;
+    const hash = await credentials.get(stored ? read.userId : NO_USER_ID, stored ? read.passwordVersion : 1);
+    if (user === null || user.passwordVersion === 0 || hash === null) {
       await hasher.verifyNothing(password);
       return false;
     }
@@ -167,9 +195,10 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
     // An unknown e-mail does the reads a known one does (a stream, a credential, one hash),
     // so the time a login takes does not tell which addresses have accounts (decisions §3).
     const userId = await findUserIdByEmail(email);
-    const loaded = await loadUser(userId ?? NO_USER_ID);
-    const user = userId !== null && loaded.state.exists ? loaded.state : null;
-    const matches = await passwordMatches(user, password);
+    const loaded = await loadUser(userId ?? decoyUserId());
+    const read = loaded.state.exists ? loaded.state : null;
+    const user = userId !== null ? read : null;
+    const matches = await passwordMatches(read, user, password);
     if (user === null || !matches) throw new UnauthorizedError(AUTH_MESSAGES.invalidCredentials);
     // Only the right password learns that the account is inactive.
     if (!user.isActive) throw new ForbiddenError(AUTH_MESSAGES.inactive);
@@ -207,6 +236,12 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
       // that opened one meanwhile.
       if (user === null || !user.isActive) {
         await sessions.revokeFamily(claims.fam, 'deactivated', ctx);
+        throw new UnauthorizedError(TOKEN_MESSAGES.revokedRefresh);
+      }
+      // A deactivation or reset after the family was opened ends it, whatever the read models list (decisions §3).
+      const cut = await familyCut(eventStore, claims.sub, claims.fam);
+      if (cut !== null) {
+        await sessions.revokeFamily(claims.fam, cut, ctx);
         throw new UnauthorizedError(TOKEN_MESSAGES.revokedRefresh);
       }
       const issued = await sessions.rotate({ familyId: claims.fam, jti: claims.jti }, client, ctx);
@@ -247,6 +282,8 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
       await credentials.put(userId, changed.data.passwordVersion, hash);
       await sessions.revokeAllForUser(userId, 'password-reset', ctx);
       await settle([result.position]);
+      // Every access token issued before the reset ends at once, on every process (decisions §3).
+      if (result.position !== null) await deps.revocationsApplied?.(result.position);
     },
 
     async drain() {

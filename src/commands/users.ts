@@ -14,6 +14,13 @@ export interface UserCommandDeps {
   readonly readYourWritesTimeoutMs: number;
   /** Deactivation revokes every refresh-token family of the user (decisions §3). */
   readonly revokeSessions: (userId: string, reason: 'deactivated', ctx: CommandContext) => Promise<void>;
+  /** Resolves once every API process refuses the access tokens a revocation at `position` ended (503 after a timeout). */
+  readonly revocationsApplied?: (position: GlobalPosition) => Promise<void>;
+  /**
+   * The name of an address's reservation stream: a keyed hash (decisions §2, §11; see
+   * src/privacy/reservation-names.ts). Without it, the unkeyed name of earlier versions.
+   */
+  readonly emailReservationStream?: (email: string) => string;
 }
 
 /** The sync-customer body after validation at the edge. */
@@ -39,6 +46,8 @@ export interface SyncCustomerResult {
 
 export interface UserCommands {
   syncCustomer(input: SyncCustomerInput, ctx: CommandContext): Promise<SyncCustomerResult>;
+  /** Frees an address (both its keyed and its unkeyed reservation) held by the user: erasure. */
+  releaseEmail(email: string, userId: string, ctx: CommandContext): Promise<void>;
 }
 
 const crmReservation = reservationDecider('crm-customer');
@@ -58,6 +67,22 @@ function crmFields(input: SyncCustomerInput): Partial<CrmFields> {
 
 export function createUserCommands(deps: UserCommandDeps): UserCommands {
   const { eventStore, clock } = deps;
+  const emailStream = deps.emailReservationStream ?? emailReservationStream;
+
+  /** Addresses claimed before reservation names were keyed stay claimed under the unkeyed name. */
+  const assertLegacyEmailFree = async (email: string, userId: string): Promise<void> => {
+    const legacy = emailReservationStream(email);
+    if (legacy === emailStream(email)) return;
+    const { state } = await loadAggregate(eventStore, emailReservation.evolve, emailReservation.initialState, legacy);
+    if (state.ownerId !== null && state.ownerId !== userId) throw new ConflictError(USER_MESSAGES.emailTakenBySyncId);
+  };
+
+  const releaseEmail = async (email: string, userId: string, ctx: CommandContext): Promise<void> => {
+    const names = [...new Set([emailStream(email), emailReservationStream(email)])];
+    for (const name of names) {
+      await handleCommand(eventStore, emailReservation, name, { type: 'Release', data: { ownerId: userId } }, ctx, clock);
+    }
+  };
 
   /** Read-your-writes: answer only once the projections have applied what we appended. */
   const settle = async (positions: ReadonlyArray<GlobalPosition | null>): Promise<void> => {
@@ -91,6 +116,7 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
   };
 
   return {
+    releaseEmail,
     async syncCustomer(input, ctx) {
       const now = clock.now().toISOString();
       const { userId, position: claimPosition } = await userIdForCustomer(input.id, ctx);
@@ -99,10 +125,11 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
 
       // The e-mail is unique across users: claim it before the user takes it.
       if (previousEmail !== input.email) {
+        await assertLegacyEmailFree(input.email, userId);
         await handleCommand(
           eventStore,
           emailReservation,
-          emailReservationStream(input.email),
+          emailStream(input.email),
           { type: 'Claim', data: { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId } },
           ctx,
           clock,
@@ -130,22 +157,16 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
         clock,
       );
 
-      if (previousEmail !== null && previousEmail !== input.email) {
-        await handleCommand(
-          eventStore,
-          emailReservation,
-          emailReservationStream(previousEmail),
-          { type: 'Release', data: { ownerId: userId } },
-          ctx,
-          clock,
-        );
-      }
+      if (previousEmail !== null && previousEmail !== input.email) await releaseEmail(previousEmail, userId, ctx);
 
       await settle([claimPosition, result.position]);
       if (!result.state.exists) throw new Error('sync-customer left no user behind');
       // Once the user reads as inactive, no new family can be opened (login checks), nor
       // an old one rotated (refresh checks too, for a family opened in between).
-      if (result.events.some((e) => e.type === 'UserDeactivated')) await deps.revokeSessions(userId, 'deactivated', ctx);
+      if (result.events.some((e) => e.type === 'UserDeactivated')) {
+        await deps.revokeSessions(userId, 'deactivated', ctx);
+        if (result.position !== null) await deps.revocationsApplied?.(result.position);
+      }
       const created = result.events.some((e) => e.type === 'UserSynced' && e.data.created);
       return { user: result.state, created };
     },

@@ -68,3 +68,13 @@ export class RateLimitedError extends DomainError {
     this.name = 'RateLimitedError';
   }
 }
+
+/**
+ * What was asked was done, but could not be made visible everywhere in time: 503, and the
+ * caller tries again (the commands behind it are idempotent). Not a client error.
+ */
+export class ServiceUnavailableError extends Error {
+  constructor(message = 'Service temporarily unavailable') {
+    super(message);
+  }
+}

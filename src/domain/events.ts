@@ -55,6 +55,7 @@ export const EVENT_CATEGORY: Readonly<Record<HomeHubEventType, StreamCategory>> 
   PasswordChanged: 'user',
   PasswordResetRequested: 'user',
   EmailVerified: 'user',
+  UserErased: 'user',
   DeviceRegistered: 'device',
   DeviceUpdated: 'device',
   UserLinked: 'device',

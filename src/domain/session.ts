@@ -25,7 +25,7 @@ export const SESSION_MESSAGES = {
 } as const;
 
 export type RefreshStatus = 'active' | 'rotated' | 'revoked';
-export type RevokeReason = 'logout' | 'reuse' | 'password-reset' | 'deactivated';
+export type RevokeReason = 'logout' | 'reuse' | 'password-reset' | 'deactivated' | 'erased';
 
 export interface RefreshRecord {
   readonly jti: string;

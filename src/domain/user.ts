@@ -125,7 +125,19 @@ export type ConfirmPasswordReset = Command<
   { readonly userId: string; readonly resetTokenHash: string; readonly now: string }
 >;
 
-export type UserCommand = SyncCustomer | ChangePassword | RequestPasswordReset | ConfirmPasswordReset;
+/** Erasure (decisions §11): the user is gone; their personal data goes with their data key. */
+export type EraseUser = Command<
+  'EraseUser',
+  {
+    readonly userId: string;
+    readonly reason: ErasureReason;
+    /** Devices deleted with the user (they were their only owner): their keys go too. */
+    readonly devices: readonly string[];
+    readonly now: string;
+  }
+>;
+
+export type UserCommand = SyncCustomer | ChangePassword | RequestPasswordReset | ConfirmPasswordReset | EraseUser;
 
 // ---------------------------------------------------------------------------------------
 // Events
@@ -189,7 +201,22 @@ export type EmailVerified = DomainEvent<
   { readonly userId: string; readonly email: string; readonly verifiedAt: string }
 >;
 
+export type ErasureReason = 'crm' | 'self';
+
+/** Ids only: what is erased is not repeated here. */
+export type UserErased = DomainEvent<
+  'UserErased',
+  {
+    readonly userId: string;
+    readonly syncId: number;
+    readonly reason: ErasureReason;
+    readonly devices: readonly string[];
+    readonly erasedAt: string;
+  }
+>;
+
 export type UserEvent =
+  | UserErased
   | UserSynced
   | UserDeactivated
   | UserReactivated
@@ -375,6 +402,20 @@ export function decideUser(command: UserCommand, state: UserState): UserEvent[] 
       return decideRequestReset(command, state);
     case 'ConfirmPasswordReset':
       return decideConfirmReset(command, state);
+    case 'EraseUser':
+      if (!state.exists) return [];
+      return [
+        {
+          type: 'UserErased',
+          data: {
+            userId: state.userId,
+            syncId: state.syncId,
+            reason: command.data.reason,
+            devices: command.data.devices,
+            erasedAt: command.data.now,
+          },
+        },
+      ];
     default: {
       const _exhaustive: never = command;
       return _exhaustive;
@@ -441,6 +482,8 @@ export function evolveUser(state: UserState, event: UserEvent): UserState {
       };
     case 'EmailVerified':
       return { ...state, isEmailVerified: true, updatedAt: event.data.verifiedAt };
+    case 'UserErased':
+      return { exists: false };
     default: {
       const _exhaustive: never = event;
       return _exhaustive;

@@ -144,6 +144,7 @@ export const devicesProjection = documentProjection<DeviceDoc>({
     return stream?.category === 'device' || stream?.category === 'heartbeat' ? [stream.id] : [];
   },
   evolve: (doc, event) => evolveDeviceDoc(doc, event),
+  removes: (event) => event.type === 'DeviceDeleted',
   indexes: [
     ...DEVICE_SORT_FIELDS.map((field) => ({ fields: byUser(field) })),
     // Counts of a user's online (or offline) devices, and their pages by creation time.

@@ -7,7 +7,7 @@
 import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import { comparePositions, formatPosition, parsePosition } from '../infra/eventstore/port';
 import type { GenerationRecord, GenerationRegistry } from '../infra/readstore/generations';
-import type { ReadStore } from '../infra/readstore/port';
+import type { CheckpointWrite, ReadStore } from '../infra/readstore/port';
 import type { GenerationStores } from './generation-stores';
 import type { Projection } from './projection';
 import { CHECKPOINT_NAME, startProjector, type Projector, type ProjectorOptions } from './projector';
@@ -62,6 +62,12 @@ async function multiTarget(stores: readonly ReadStore[], projections: readonly P
     },
     setCheckpoint: async (name, value) => {
       for (const target of targets) await target.store.setCheckpoint(name, value);
+    },
+    advanceCheckpoint: async (name, value, guard) => {
+      // A newer epoch in any generation fences this projector; a position further on is harmless.
+      let result: CheckpointWrite = 'written';
+      for (const target of targets) if ((await target.store.advanceCheckpoint(name, value, guard)) === 'fenced') result = 'fenced';
+      return result;
     },
     ping: async () => {
       for (const target of targets) await target.store.ping();

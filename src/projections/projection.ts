@@ -1,4 +1,4 @@
-import type { RecordedEvent } from '../infra/eventstore/port';
+import type { GlobalPosition, RecordedEvent } from '../infra/eventstore/port';
 import type { DocChange, ReadDoc, ReadStore } from '../infra/readstore/port';
 
 /**
@@ -19,7 +19,12 @@ export interface Projection {
 
 /** A guard that orders like the global position: zero-padded so strings compare as numbers. */
 export function positionGuard(event: RecordedEvent): string {
-  return `${event.position.commit.toString().padStart(20, '0')}:${event.position.prepare.toString().padStart(20, '0')}`;
+  return positionOrder(event.position);
+}
+
+/** A global position as a string that compares like it. */
+export function positionOrder(position: GlobalPosition): string {
+  return `${position.commit.toString().padStart(20, '0')}:${position.prepare.toString().padStart(20, '0')}`;
 }
 
 export interface DocumentProjectionSpec<T extends ReadDoc> {
@@ -30,6 +35,11 @@ export interface DocumentProjectionSpec<T extends ReadDoc> {
   readonly ids: (event: RecordedEvent) => readonly string[];
   /** Pure: the document after the event, or null when the event removes it. */
   readonly evolve: (doc: T | null, event: RecordedEvent, id: string) => T | null;
+  /**
+   * Whether the event removes the document: its tombstone is written even when the document
+   * is not there to remove (a projector that lost its lease may still be writing it).
+   */
+  readonly removes?: (event: RecordedEvent) => boolean;
   readonly indexes?: ReadonlyArray<{ fields: ReadonlyArray<{ field: string; order: 'asc' | 'desc' }>; unique?: boolean }>;
 }
 
@@ -66,11 +76,12 @@ function changeOf<T extends ReadDoc>(
     // Already in the stored document: a batch applied again after a crash skips it.
     if (stored !== undefined && guard <= stored.guard) continue;
     const next = spec.evolve(doc, event, id);
-    if (next !== doc) changedBy = guard;
+    if (next !== doc || (next === null && spec.removes?.(event) === true)) changedBy = guard;
     doc = next;
   }
   if (changedBy === null) return null;
-  if (doc === null) return stored === undefined ? null : { kind: 'remove', id, guard: changedBy };
+  // Removed: a tombstone, even for a document created and removed within the batch.
+  if (doc === null) return { kind: 'remove', id, guard: changedBy };
   return { kind: 'put', doc, guard: changedBy };
 }
 

@@ -1,5 +1,6 @@
 import type { EventStore, GlobalPosition, RecordedEvent, Subscription } from '../infra/eventstore/port';
 import { formatPosition, parsePosition } from '../infra/eventstore/port';
+import { positionOrder } from './projection';
 import type { ReadStore } from '../infra/readstore/port';
 import { batchesOf, DEFAULT_BATCH_LIMITS, type BatchLimits } from './batches';
 import type { Projection } from './projection';
@@ -23,6 +24,25 @@ export interface ProjectorOptions {
   /** How much one batch may hold (see src/projections/batches.ts). */
   readonly batchLimits?: BatchLimits;
   readonly onError?: (error: unknown) => void;
+  /**
+   * Distributed mode: the projector lease this projector applies under. No batch is written
+   * once `held()` says no (the projector then stops by itself, as when its subscription
+   * ends), and `epoch` goes with every checkpoint: the store refuses a checkpoint from an
+   * older epoch than the one it holds. Without it (embedded mode) the epoch is 0.
+   */
+  readonly fencing?: ProjectorFencing;
+}
+
+export interface ProjectorFencing {
+  readonly epoch: number;
+  readonly held: () => boolean;
+}
+
+/** A newer projector (a newer lease epoch) has written the checkpoint: this one must stop. */
+export class ProjectorFencedError extends Error {
+  constructor(epoch: number) {
+    super(`projector of lease epoch ${epoch} fenced off: a newer projector wrote the checkpoint`);
+  }
 }
 
 export interface Projector {
@@ -52,6 +72,8 @@ export async function startProjector(
 ): Promise<Projector> {
   const everyEvents = options.checkpointEveryEvents ?? 500;
   const everyMs = options.checkpointEveryMs ?? 100;
+  const fencing = options.fencing;
+  const mayWrite = (): boolean => fencing === undefined || fencing.held();
   for (const projection of projections) await projection.init(readStore);
 
   const stored = await readStore.getCheckpoint(CHECKPOINT_NAME);
@@ -73,9 +95,13 @@ export async function startProjector(
   const caughtUp = new Promise<void>((resolve) => (resolveCaughtUp = resolve));
 
   const writeCheckpoint = async (): Promise<void> => {
-    if (position === null || position === checkpointed) return;
+    if (position === null || position === checkpointed || !mayWrite()) return;
     const p = position;
-    await readStore.setCheckpoint(CHECKPOINT_NAME, formatPosition(p));
+    const epoch = fencing?.epoch ?? 0;
+    // A position further on stored already ('behind') is harmless: documents are guarded, and the checkpoint never goes back.
+    if ((await readStore.advanceCheckpoint(CHECKPOINT_NAME, formatPosition(p), { epoch, order: positionOrder(p) })) === 'fenced') {
+      throw new ProjectorFencedError(epoch);
+    }
     checkpointed = p;
     sinceCheckpoint = 0;
     lastCheckpointAt = Date.now();
@@ -112,6 +138,8 @@ export async function startProjector(
 
   const done = (async () => {
     for await (const batch of batchesOf(subscription, options.batchLimits ?? DEFAULT_BATCH_LIMITS)) {
+      // The lease is no longer certainly ours: nothing more is written, read ahead or not.
+      if (!mayWrite()) break;
       await applyBatch(batch.events);
       if (batch.caughtUp) {
         await writeCheckpoint();
@@ -134,7 +162,9 @@ export async function startProjector(
       await subscription.close();
       await done.catch(() => undefined);
       if (timer !== undefined) clearTimeout(timer);
-      await writeCheckpoint();
+      await writeCheckpoint().catch((error: unknown) => {
+        if (!(error instanceof ProjectorFencedError)) throw error;
+      });
     },
   };
 }

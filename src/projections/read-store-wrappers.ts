@@ -39,6 +39,7 @@ export function switchableReadStore(initial: ReadStore, onClose: () => Promise<v
       collection,
       getCheckpoint: (name) => current.getCheckpoint(name),
       setCheckpoint: (name, value) => current.setCheckpoint(name, value),
+      advanceCheckpoint: (name, value, guard) => current.advanceCheckpoint(name, value, guard),
       ping: () => current.ping(),
       close: onClose,
     },
@@ -57,6 +58,7 @@ export function recordingStore(inner: ReadStore, names: Set<string>): ReadStore 
     },
     getCheckpoint: (name) => inner.getCheckpoint(name),
     setCheckpoint: (name, value) => inner.setCheckpoint(name, value),
+    advanceCheckpoint: (name, value, guard) => inner.advanceCheckpoint(name, value, guard),
     ping: () => inner.ping(),
     close: () => inner.close(),
   };

@@ -61,6 +61,8 @@ export function evolveUserDoc(doc: UserDoc | null, recorded: RecordedEvent): Use
       return { ...doc, updatedAt: event.data.changedAt };
     case 'EmailVerified':
       return { ...doc, isEmailVerified: true, updatedAt: event.data.verifiedAt };
+    case 'UserErased':
+      return null;
     default:
       return doc;
   }

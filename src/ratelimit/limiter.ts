@@ -16,6 +16,7 @@ export const TIERS = [
   'ops',
   'tunnelMessage',
   'tunnelSubscribe',
+  'export',
 ] as const;
 export type Tier = (typeof TIERS)[number];
 
@@ -36,6 +37,8 @@ export const DEFAULT_LIMITS: Readonly<Record<Tier, TierLimit>> = {
   ops: { points: 1000, durationSeconds: 60 },
   tunnelMessage: { points: 50, durationSeconds: 10 },
   tunnelSubscribe: { points: 10, durationSeconds: 60 },
+  // GET /users/me/export (decisions §11): per user.
+  export: { points: 5, durationSeconds: 3600 },
 };
 
 export interface Decision {

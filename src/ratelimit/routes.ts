@@ -15,7 +15,7 @@ import { match } from 'path-to-regexp';
  */
 
 /** The tiers a route decides; every other request is in the general tier. */
-export type RouteTier = 'login' | 'refresh' | 'auth' | 'sync' | 'register' | 'heartbeat' | 'ops';
+export type RouteTier = 'login' | 'refresh' | 'auth' | 'sync' | 'register' | 'heartbeat' | 'ops' | 'export';
 
 export interface TieredRoute {
   /** `null`: any method (health and metrics are probed with GET and HEAD). */
@@ -32,6 +32,11 @@ export const TIERED_ROUTES: readonly TieredRoute[] = [
   { method: 'POST', path: '/api/v1/auth/password-reset/request', tier: 'auth' },
   { method: 'POST', path: '/api/v1/auth/password-reset/confirm', tier: 'auth' },
   { method: 'POST', path: '/api/v1/auth/sync-customer', tier: 'sync' },
+  // Erasure and export (decisions §11): the CRM's erasure per API key, the person's own with a
+  // password like the other authentication endpoints, the export per user (5 an hour).
+  { method: 'POST', path: '/api/v1/auth/erase-customer', tier: 'sync' },
+  { method: 'DELETE', path: '/api/v1/users/me', tier: 'auth' },
+  { method: 'GET', path: '/api/v1/users/me/export', tier: 'export' },
   { method: 'POST', path: '/api/v1/devices/register', tier: 'register' },
   // A hub's own requests, per device: heartbeats and token renewals.
   { method: 'POST', path: '/api/v1/devices/heartbeat/:uuid', tier: 'heartbeat' },

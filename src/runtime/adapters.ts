@@ -9,6 +9,9 @@ import { openEmbeddedEventStore } from '../infra/eventstore/embedded';
 import { createEsdbEventStore } from '../infra/eventstore/esdb';
 import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/instrumented';
 import type { ReadStore } from '../infra/readstore/port';
+import { derivePrivacyKeys, type PrivacyKeys } from '../privacy/crypto';
+import { createPrivateEventStore } from '../privacy/event-store';
+import { createKeyring, type Keyring } from '../privacy/keyring';
 import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
 import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
 import { resolveEmbeddedSecrets } from '../secrets';
@@ -30,6 +33,9 @@ export interface Infrastructure {
   readonly redis: Redis | null;
   /** Password hashes: not events, not a read model (never rebuilt). */
   readonly credentials: CredentialStore;
+  /** The data keys of crypto-shredding (decisions §11), kept in `credentials`. */
+  readonly keyring: Keyring;
+  readonly privacyKeys: PrivacyKeys;
   /** Embedded mode: the start snapshot restored (if any) and how to take a new one. Distributed: null. */
   readonly snapshot: StartSnapshot | null;
   readonly close: () => Promise<void>;
@@ -44,7 +50,13 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     if (config.secrets.internalApiKeys === undefined) {
       logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
     }
-    const eventStore = instrumentEventStore(await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) }), appends);
+    const credentials = await openFileCredentialStore(config.dataDir);
+    const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(secrets));
+    const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
+    const eventStore = createPrivateEventStore(
+      instrumentEventStore(await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) }), appends),
+      { keyring },
+    );
     const snapshotAt = snapshotFile(config.dataDir);
     const restored = await loadStartSnapshot(snapshotAt, snapshotVersion(config.version), eventStore, logger);
     const readModels = await openMemoryReadModels(eventStore, restored?.readModels);
@@ -53,7 +65,6 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     // What the snapshot covers is applied: readiness and read-your-writes count from there, not from nothing.
     const applied = restored === null ? null : restoredPosition(restored);
     if (applied !== null) watermark.advance(applied);
-    const credentials = await openFileCredentialStore(config.dataDir);
     return {
       eventStore,
       readStore,
@@ -62,6 +73,8 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
       secrets,
       redis: null,
       credentials,
+      keyring,
+      privacyKeys,
       snapshot: { file: snapshotAt, restored, exportReadModels: () => readModels.exportServed() },
       close: async () => {
         await watermark.close();
@@ -77,14 +90,16 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
   const subscriber = new Redis(config.redisUrl, redisOptions);
   redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
-  const eventStore = instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), appends);
+  // The `credentials` collection of the read models' database, on a client of its own.
+  const credentials = await openMongoCredentialStore(config.mongodbUri);
+  const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(config.secrets));
+  const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
+  const eventStore = createPrivateEventStore(instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), appends), { keyring });
   const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
     isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
   });
   const readStore = readModels.readStore;
   const watermark = await createRedisWatermark(redis, subscriber, readStore);
-  // The `credentials` collection of the read models' database, on a client of its own.
-  const credentials = await openMongoCredentialStore(config.mongodbUri);
   return {
     eventStore,
     readStore,
@@ -93,6 +108,8 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     secrets: config.secrets,
     redis,
     credentials,
+    keyring,
+    privacyKeys,
     snapshot: null,
     close: async () => {
       await watermark.close();
@@ -103,4 +120,9 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
       redis.disconnect();
     },
   };
+}
+
+export function requireDataKeyEncryptionKey(secrets: Secrets): string {
+  if (secrets.dataKeyEncryptionKey === undefined) throw new Error('DATA_KEY_ENCRYPTION_KEY is not set');
+  return secrets.dataKeyEncryptionKey;
 }

@@ -6,7 +6,8 @@ import type { Metrics } from '../metrics';
 import { createApp } from '../api/app';
 import type { ReadinessReport } from '../api/routes/health';
 import { rateLimit } from '../api/rate-limit';
-import { startAccessRevocationFeed, withAccessRevocations, type RevocationsSnapshot } from '../auth/access-revocations';
+import { startAccessRevocationFeed, withAccessRevocations } from '../auth/access-revocations';
+import { localReach, redisReach } from '../auth/revocation-reach';
 import { createApiKeyMatcher } from '../auth/api-keys';
 import { createPasswordHasher } from '../auth/passwords';
 import { createTokens } from '../auth/tokens';
@@ -15,7 +16,12 @@ import { createAuthCommands } from '../commands/auth';
 import { createDeviceCommands } from '../commands/devices';
 import { createSessionCommands } from '../commands/sessions';
 import { createUserCommands } from '../commands/users';
+import { createErasureCommands } from '../commands/erasure';
+import { createAccountCommands } from '../commands/account';
+import { keyedEmailReservationStream } from '../privacy/reservation-names';
+import { withKeyedCounters } from '../privacy/counter-keys';
 import type { DeviceState } from '../domain/device';
+import type { GlobalPosition } from '../infra/eventstore/port';
 import { createLogMailer, createSmtpMailer } from '../infra/mail/mailer';
 import { allProjections } from '../projections';
 import { createMemoryRateLimiter, createRedisRateLimiter, type Tier } from '../ratelimit/limiter';
@@ -36,8 +42,6 @@ export interface ApiRole {
   /** Before the HTTP drain: tunnel transports. After it: the mail still to send. */
   readonly stopBeforeHttp: readonly ShutdownStep[];
   readonly stopAfterHttp: readonly ShutdownStep[];
-  /** The access revocations with their position, for a start snapshot (embedded mode). */
-  readonly exportRevocations: () => RevocationsSnapshot;
 }
 
 export interface ApiRoleDeps {
@@ -49,23 +53,36 @@ export interface ApiRoleDeps {
   /** Device states folded once per process, shared with the expiry jobs. */
   readonly deviceStates: StateCache<DeviceState>;
   readonly readiness: () => Promise<ReadinessReport>;
+  /** After an erasure (embedded: a new start snapshot replaces the one that held the person's documents). */
+  readonly afterErasure?: () => Promise<void>;
 }
 
 /** The use cases behind the routes, with the tokens that check deactivations (decisions §3). */
-async function startUseCases({ config, infra, logger, metrics, clock, deviceStates }: Omit<ApiRoleDeps, 'readiness'>) {
+async function startUseCases({ config, infra, logger, metrics, clock, deviceStates, afterErasure }: Omit<ApiRoleDeps, 'readiness'>) {
   const settle = { watermark: infra.watermark, clock, readYourWritesTimeoutMs: config.readYourWritesTimeoutMs };
   const sessions = createSessionCommands({ eventStore: infra.eventStore, readStore: infra.readStore, ...settle });
+  // Complete before anything serves: every cut the log holds, whatever the snapshot (decisions §1, §3).
+  const revocations = await startAccessRevocationFeed({ eventStore: infra.eventStore, readStore: infra.readStore, logger });
+  const reach =
+    infra.redis === null
+      ? localReach(revocations, config.readYourWritesTimeoutMs)
+      : redisReach(infra.redis, revocations, { timeoutMs: config.readYourWritesTimeoutMs, logger });
+  const revoked = (position: GlobalPosition) => reach.untilEveryProcess(position);
   const users = createUserCommands({
     eventStore: infra.eventStore,
     ...settle,
     revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
+    revocationsApplied: revoked,
+    emailReservationStream: keyedEmailReservationStream(infra.privacyKeys.emailHashKey),
   });
-  const restored = infra.snapshot?.restored?.revocations ?? undefined;
-  const revocations = await startAccessRevocationFeed({
+  const erasure = createErasureCommands({
     eventStore: infra.eventStore,
     readStore: infra.readStore,
-    logger,
-    ...(restored !== undefined ? { restored } : {}),
+    ...settle,
+    keyring: infra.keyring,
+    releaseEmail: (email, userId, ctx) => users.releaseEmail(email, userId, ctx),
+    revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
+    ...(afterErasure !== undefined ? { afterErasure } : {}),
   });
   const tokens = withAccessRevocations(createTokens(infra.secrets), revocations.revocations);
   const devices = createDeviceCommands({
@@ -93,17 +110,20 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     ...settle,
     adminEmails: config.adminEmails,
     appOrigin: config.appOrigin,
+    revocationsApplied: revoked,
   });
-  return { sessions, users, revocations, tokens, devices, mailer, auth };
+  const account = createAccountCommands({ eventStore: infra.eventStore, readStore: infra.readStore, credentials: infra.credentials, hasher, erasure, clock });
+  return { sessions, users, revocations, reach, tokens, devices, mailer, auth, erasure, account };
 }
 
 export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
   const { config, infra, logger, metrics, clock, readiness } = deps;
-  const { users, revocations, tokens, devices, mailer, auth } = await startUseCases(deps);
+  const { users, revocations, reach, tokens, devices, mailer, auth, erasure, account } = await startUseCases(deps);
   const limiter =
     infra.redis === null
       ? createMemoryRateLimiter(config.rateLimits)
-      : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics));
+      : // Counters kept by client IP are named by a keyed hash: Redis holds no address.
+        withKeyedCounters(createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics)), infra.privacyKeys.counterKey);
 
   const app = createApp({
     rateLimit: rateLimit({
@@ -122,6 +142,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
     devices: { tokens, readStore: infra.readStore, devices },
     audit: { tokens, readStore: infra.readStore, eventStore: infra.eventStore, clock },
     admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
+    privacy: { tokens, internalApiKeys: infra.secrets.internalApiKeys, erasure, account },
   });
   const server = createServer(app);
   // The tunnel's client IP is HTTP's: the same proxy trust (TRUST_PROXY) as Express applies.
@@ -156,10 +177,9 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
 
   return {
     server,
-    exportRevocations: () => revocations.exportState(),
     stopBeforeHttp: [{ name: 'tunnel', run: () => tunnel.close() }],
     stopAfterHttp: [
-      { name: 'revocations', run: () => revocations.stop() },
+      { name: 'revocations', run: async () => Promise.all([reach.stop(), revocations.stop()]).then(() => undefined) },
       // Reset mails still on their way are sent before the stores close.
       {
         name: 'mail',

@@ -137,8 +137,13 @@ export function startProjectorRole(config: Config, infra: Infrastructure, logger
       }
       let failed = false;
       try {
-        logger.info({ owner: lease.owner }, 'projector lease acquired');
-        const projector = started(reportProgress(logger)(await infra.readModels.startProjector(projections, options)));
+        const epoch = lease.epoch();
+        if (epoch === null) continue; // lost again already: the finally below gives it up
+        logger.warn({ owner: lease.owner, epoch }, 'projector lease acquired');
+        void lease.lost().then(() => logger.warn({ owner: lease.owner, epoch, heldUntil: lease.heldUntil() }, 'projector lease lost; applying stopped'));
+        // Fencing: nothing is written once the lease is not certainly held, and the checkpoint carries the epoch.
+        const fencing = { epoch, held: () => lease.isHeld() };
+        const projector = started(reportProgress(logger)(await infra.readModels.startProjector(projections, { ...options, fencing })));
         active = projector;
         const outcome = await Promise.race([
           lease.lost().then(() => 'lost' as const),

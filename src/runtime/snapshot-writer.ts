@@ -1,4 +1,3 @@
-import type { RevocationsSnapshot } from '../auth/access-revocations';
 import type { EmbeddedConfig } from '../config';
 import type { Logger } from '../logger';
 import { snapshotVersion, writeStartSnapshot, type SnapshotBody, type StartSnapshot } from './snapshot';
@@ -34,7 +33,7 @@ export interface SnapshotWriterOptions {
 
 /** Two bodies cover the same events when their positions are the same. */
 function coverage(body: SnapshotBody): string {
-  return `${body.readModels.checkpoints.projector ?? ''}|${body.revocations?.position ?? ''}`;
+  return body.readModels.checkpoints.projector ?? '';
 }
 
 export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWriter {
@@ -92,12 +91,11 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
   };
 }
 
-/** The writer of a running embedded service: periodic snapshots of its read models and revocations. */
+/** The writer of a running embedded service: periodic snapshots of its read models (the access revocations among them). */
 export function startEmbeddedSnapshots(
   config: EmbeddedConfig,
   snapshot: StartSnapshot,
   logger: Logger,
-  revocations: () => RevocationsSnapshot | null,
 ): SnapshotWriter {
   return startSnapshotWriter({
     file: snapshot.file,
@@ -108,7 +106,7 @@ export function startEmbeddedSnapshots(
     restored: snapshot.restored,
     collect: () => {
       const readModels = snapshot.exportReadModels();
-      return readModels === null ? null : { readModels, revocations: revocations() };
+      return readModels === null ? null : { readModels };
     },
   });
 }

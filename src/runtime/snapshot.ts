@@ -1,6 +1,5 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import type { RevocationsSnapshot } from '../auth/access-revocations';
 import { comparePositions, parsePosition, type EventStore, type GlobalPosition } from '../infra/eventstore/port';
 import type { MemoryStoreState } from '../infra/readstore/memory';
 import { errnoCode, readSnapshotFile, temporaryFile, writeSnapshotFile, type SnapshotHeader } from '../infra/snapshot/file';
@@ -14,10 +13,10 @@ import { CHECKPOINT_NAME } from '../projections/projector';
  * applies only the events after that position.
  *
  * What a start rebuilds, and where each part comes from with a snapshot:
- * - the read models (users, sessions, devices) and the projector's checkpoint: in the snapshot;
- * - the access revocations (src/auth/access-revocations.ts): in the snapshot, with the
- *   position of the last event they reflect, so users reactivated within the token lifetime
- *   stay known across a restart;
+ * - the read models (users, sessions, devices, access revocations) and the projector's
+ *   checkpoint: in the snapshot; the API's in-memory access revocations
+ *   (src/auth/access-revocations.ts) start from their read model at that checkpoint, so they
+ *   follow from the log alone, with a snapshot or without;
  * - the presence deadlines (src/presence/timer-scheduler.ts): not stored: the expiry role
  *   derives them from the devices read model at its checkpoint, exactly as after a replay;
  * - the tunnel's device folds (token generations, links) and the command side's state cache:
@@ -31,8 +30,6 @@ export const SNAPSHOT_FILE_NAME = 'read-models.snapshot';
 
 export interface SnapshotBody {
   readonly readModels: MemoryStoreState;
-  /** Null when this process did not run the api role (nothing followed deactivations). */
-  readonly revocations: RevocationsSnapshot | null;
 }
 
 /** The embedded read models' side of it: what was restored, and how to take the current state. */
@@ -68,7 +65,7 @@ export function restoredPosition(body: SnapshotBody): GlobalPosition | null {
 /** Whether every position the body holds is within the log (a snapshot ahead of its log belongs to another one). */
 async function beyondLog(body: SnapshotBody, eventStore: EventStore): Promise<string | null> {
   const head = await eventStore.headPosition();
-  for (const position of [positionOf(body), body.revocations?.position ?? null]) {
+  for (const position of [positionOf(body)]) {
     if (position === null) continue;
     if (head === null || comparePositions(parsePosition(position), head) > 0) {
       return `it covers the log up to ${position}, but the log ends at ${head === null ? 'its start' : `${head.commit}/${head.prepare}`}`;
@@ -79,10 +76,10 @@ async function beyondLog(body: SnapshotBody, eventStore: EventStore): Promise<st
 
 function isBody(value: unknown): value is SnapshotBody {
   if (typeof value !== 'object' || value === null) return false;
-  const { readModels, revocations } = value as { readModels?: unknown; revocations?: unknown };
+  const { readModels } = value as { readModels?: unknown };
   if (typeof readModels !== 'object' || readModels === null) return false;
   const { checkpoints, collections } = readModels as { checkpoints?: unknown; collections?: unknown };
-  return typeof checkpoints === 'object' && checkpoints !== null && typeof collections === 'object' && collections !== null && typeof revocations === 'object';
+  return typeof checkpoints === 'object' && checkpoints !== null && typeof collections === 'object' && collections !== null;
 }
 
 /**

@@ -28,8 +28,20 @@ interface Entry {
   verifiedAt: number;
 }
 
+/**
+ * A device with reads in flight: the newest revision the live subscription has handed over
+ * for it meanwhile. A read that comes back older than that began before the event was
+ * appended, and the subscription will not hand the event over again: it is read once more
+ * instead of being cached (a fold cached behind its feed would keep a revoked access for good).
+ */
+interface InFlight {
+  reads: number;
+  seen: bigint;
+}
+
 export function createDeviceAccess(eventStore: EventStore, options: { maxEntries: number; now: () => number }): DeviceAccess {
   const entries = new Map<string, Entry>();
+  const inFlight = new Map<string, InFlight>();
 
   const touch = (uuid: string, entry: Entry): void => {
     entries.delete(uuid);
@@ -39,22 +51,27 @@ export function createDeviceAccess(eventStore: EventStore, options: { maxEntries
 
   return {
     async fresh(uuid) {
-      const known = entries.get(uuid)?.folded;
-      const read = await loadAggregate<DeviceState, DeviceEvent>(
-        eventStore,
-        deviceDecider.evolve,
-        deviceDecider.initialState,
-        deviceStream(uuid),
-        known,
-      );
-      const current = entries.get(uuid);
-      // The live subscription may have moved the entry on while this read was running.
-      if (current !== undefined && current.folded.revision > read.revision) {
-        current.verifiedAt = options.now();
-        return current.folded;
+      let flight = inFlight.get(uuid);
+      if (flight === undefined) inFlight.set(uuid, (flight = { reads: 0, seen: -1n }));
+      flight.reads++;
+      try {
+        let read = entries.get(uuid)?.folded;
+        for (;;) {
+          read = await loadAggregate<DeviceState, DeviceEvent>(eventStore, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid), read);
+          const current = entries.get(uuid);
+          // The live subscription may have moved the entry on while this read was running.
+          if (current !== undefined && current.folded.revision >= flight.seen && current.folded.revision > read.revision) {
+            current.verifiedAt = options.now();
+            return current.folded;
+          }
+          // An event the subscription handed over during the read, newer than what the read saw: read again.
+          if (read.revision < flight.seen) continue;
+          if (read.revision >= 0n) touch(uuid, { folded: read, verifiedAt: options.now() });
+          return read;
+        }
+      } finally {
+        if (--flight.reads === 0) inFlight.delete(uuid);
       }
-      if (read.revision >= 0n) touch(uuid, { folded: read, verifiedAt: options.now() });
-      return read;
     },
 
     peek(uuid) {
@@ -68,6 +85,8 @@ export function createDeviceAccess(eventStore: EventStore, options: { maxEntries
 
     apply(event) {
       const uuid = event.streamName.slice('device-'.length);
+      const flight = inFlight.get(uuid);
+      if (flight !== undefined && event.revision > flight.seen) flight.seen = event.revision;
       const entry = entries.get(uuid);
       if (entry === undefined || event.revision <= entry.folded.revision) return;
       if (event.revision !== entry.folded.revision + 1n) {

@@ -45,6 +45,9 @@ export function createAppSockets(ctx: TunnelContext, runner: EventRunner, device
     }
   };
 
+  /** Still connected, and its session still the socket's (not ended by `left`). */
+  const isOpen = (session: AppSession): boolean => session.socket.connected && sessions.all.get(session.socket.id) === session;
+
   const subscribe = async (session: AppSession, input: unknown): Promise<SubscribeAck> => {
     // Counted before it is validated: an invalid subscribe costs a point like any other.
     await runner.consume(session, 'subscribe');
@@ -54,8 +57,15 @@ export function createAppSockets(ctx: TunnelContext, runner: EventRunner, device
     if (!session.socket.connected) return { success: false, error: notFound().toPayload() };
     const known = session.subscriptions.get(uuid);
     if (known === undefined) {
-      await session.socket.join([subscribersRoom(uuid), userSubscribersRoom(uuid, session.userId)]);
+      const rooms = [subscribersRoom(uuid), userSubscribersRoom(uuid, session.userId)];
+      await session.socket.join(rooms);
       await cluster.roomsReady();
+      // The socket may have closed while this waited for Redis: its `left` has run already, so
+      // nothing would ever take this subscription (or the rooms joined after the close) away.
+      if (!isOpen(session)) {
+        for (const room of rooms) void session.socket.leave(room);
+        return { success: false, error: notFound().toPayload() };
+      }
       session.subscriptions.set(uuid, folded.revision);
       let set = sessions.subscribers.get(uuid);
       if (set === undefined) sessions.subscribers.set(uuid, (set = new Set()));

@@ -17,8 +17,14 @@ export type DeviceClaim = number;
 
 /** Told to every other API process (Socket.IO `serverSideEmit`). */
 export type ClusterNotice =
-  | { readonly kind: 'device-connected'; readonly uuid: string; readonly claim: DeviceClaim }
-  | { readonly kind: 'device-gone'; readonly uuid: string; readonly claim: DeviceClaim };
+  | { readonly kind: 'device-connected'; readonly uuid: string; readonly claim: DeviceClaim; readonly owner?: string }
+  | { readonly kind: 'device-gone'; readonly uuid: string; readonly claim: DeviceClaim; readonly owner?: string };
+
+/** A device whose socket was held by a process that died (its liveness key expired). */
+export interface GoneDevice {
+  readonly uuid: string;
+  readonly claim: DeviceClaim;
+}
 
 export interface InterServerEvents {
   'tunnel:notice': (notice: ClusterNotice) => void;
@@ -35,12 +41,18 @@ export interface TunnelCluster {
   claimDevice(uuid: string, socketId: string): Promise<DeviceClaim>;
   /** Forgets the record, unless a newer claim replaced it. */
   releaseDevice(uuid: string, claim: DeviceClaim): Promise<void>;
-  /** Called after the connection to the other processes was lost and is back (records may be gone). */
-  onReconnect(listener: () => void): void;
+  /**
+   * Called after the connection to the other processes was lost and is back (records may be
+   * gone), or when this process finds its own liveness key expired (the others took it for dead).
+   */
+  onReconnect(listener: (why: 'reconnected' | 'revived') => void): void;
+  /** Called with the devices held by a process found dead (its liveness key expired), on a sweep. */
+  onDevicesGone(listener: (devices: readonly GoneDevice[]) => void): void;
   /** Keeps the records of the devices this process holds alive (they expire if it dies). */
   refreshDevices(devices: ReadonlyArray<{ readonly uuid: string; readonly claim: DeviceClaim }>): Promise<void>;
   /** Whether the device's socket is held by another process: synchronous when known. */
   remoteDevice(uuid: string): RemoteDevice | Promise<RemoteDevice>;
+  /** Tells every other process (the notice is stamped with this process's owner id). */
   announce(notice: ClusterNotice): void;
   close(): Promise<void>;
 }
@@ -56,15 +68,27 @@ const NOT_CONNECTED: RemoteDevice = Object.freeze({ connected: false, claim: 0 }
 /** One process: claims are a counter, there is nobody to tell. */
 export function createLocalCluster(): TunnelCluster {
   let counter = 0;
+  /** The last claim of each device, which orders its statuses after it dropped (least recently claimed first). */
+  const last = new Map<string, DeviceClaim>();
   return {
     adapter: undefined,
     attach: () => undefined,
     roomsReady: () => Promise.resolve(),
     onReconnect: () => undefined,
-    claimDevice: () => Promise.resolve(++counter),
+    onDevicesGone: () => undefined,
+    claimDevice: (uuid) => {
+      const claim = ++counter;
+      last.delete(uuid);
+      last.set(uuid, claim);
+      if (last.size > 50_000) last.delete(last.keys().next().value as string);
+      return Promise.resolve(claim);
+    },
     releaseDevice: () => Promise.resolve(),
     refreshDevices: () => Promise.resolve(),
-    remoteDevice: () => NOT_CONNECTED,
+    remoteDevice: (uuid) => {
+      const claim = last.get(uuid);
+      return claim === undefined ? NOT_CONNECTED : { connected: false, claim };
+    },
     announce: () => undefined,
     close: () => Promise.resolve(),
   };
@@ -86,7 +110,17 @@ export interface RedisClusterOptions {
   readonly deviceTtlMs?: number;
   /** How long another process's answer about a device is trusted without a notice. */
   readonly remoteCacheMs?: number;
+  /** How long a process's liveness key outlives its last renewal: a process silent this long is dead to the others. */
+  readonly livenessTtlMs?: number;
+  /** How often a process renews its liveness key. */
+  readonly livenessRenewMs?: number;
+  /** How often the liveness of the processes holding known devices is checked (one command per process). */
+  readonly livenessSweepMs?: number;
+  /** How long a liveness answer is trusted on the relay path. */
+  readonly livenessCacheMs?: number;
 }
+
+export const DEFAULT_LIVENESS = { ttlMs: 12_000, renewMs: 3_000, sweepMs: 2_000, cacheMs: 4_000 } as const;
 
 /**
  * The claim: Redis's clock in microseconds, and always above the device's previous claim, so
@@ -122,10 +156,46 @@ end
 return 0
 `;
 
+/**
+ * The device record and whether the process it names is alive, in one round trip. The record
+ * is `<claim> <owner>:<socket id>` (`<claim> <owner>` when written again after Redis lost it);
+ * the owner's liveness key is `<prefix>:alive:<owner>`.
+ */
+const LOOKUP_SCRIPT = `
+local current = redis.call('GET', KEYS[1])
+if not current then return {'', 0} end
+local owner = string.match(current, '^%d+ ([^:]+)')
+if not owner then return {current, 0} end
+return {current, redis.call('EXISTS', ARGV[1] .. owner)}
+`;
+
+/** Renews this process's liveness key; answers whether it was still there (0: it expired, or Redis lost it). */
+const ALIVE_SCRIPT = `
+local existed = redis.call('EXISTS', KEYS[1])
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+return existed
+`;
+
 function claimOf(value: string | null): DeviceClaim {
   if (value === null) return 0;
   const claim = Number(value.split(' ', 1)[0]);
   return Number.isFinite(claim) ? claim : 0;
+}
+
+function ownerOf(value: string | null): string | null {
+  if (value === null) return null;
+  const match = /^\d+ ([^:]+)/.exec(value);
+  return match?.[1] ?? null;
+}
+
+/** Where a cached answer about a device came from, to order it against what is known. */
+type Source = { readonly kind: 'notice' } | { readonly kind: 'lookup'; readonly askedAt: number };
+
+interface Known extends RemoteDevice {
+  readonly owner: string | null;
+  /** When this was learned: a Redis answer to a question asked earlier cannot replace it. */
+  readonly learnedAt: number;
+  readonly until: number;
 }
 
 async function ready(client: Redis, timeoutMs: number): Promise<void> {
@@ -143,6 +213,10 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
   const prefix = options.prefix ?? 'hhc:tunnel';
   const deviceTtlMs = options.deviceTtlMs ?? 90_000;
   const remoteCacheMs = options.remoteCacheMs ?? 10_000;
+  const livenessTtlMs = options.livenessTtlMs ?? DEFAULT_LIVENESS.ttlMs;
+  const livenessRenewMs = options.livenessRenewMs ?? DEFAULT_LIVENESS.renewMs;
+  const livenessSweepMs = options.livenessSweepMs ?? DEFAULT_LIVENESS.sweepMs;
+  const livenessCacheMs = options.livenessCacheMs ?? DEFAULT_LIVENESS.cacheMs;
   const owner = randomUUID();
   // Adapter commands must never reject (the adapters do not always catch): while Redis is
   // away they wait in the offline queue, and broadcasts resume when it is back.
@@ -166,20 +240,145 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
       : createAdapter(pub, sub, { key: channelPrefix, publishOnSpecificResponseChannel: true });
   const deviceKey = (uuid: string): string => `${prefix}:device:${uuid}`;
 
+  const alivePrefix = `${prefix}:alive:`;
+
   /** What this process last heard about devices held elsewhere: least recently used first. */
-  const remote = new Map<string, RemoteDevice & { readonly until: number }>();
+  const remote = new Map<string, Known>();
+  /** Devices believed connected, by the process holding them: what a death makes gone. */
+  const byOwner = new Map<string, Set<string>>();
   const lookups = new Map<string, Promise<RemoteDevice>>();
-  const remember = (uuid: string, device: RemoteDevice): void => {
+  const index = (uuid: string, entry: Known | undefined, add: boolean): void => {
+    if (entry === undefined || !entry.connected || entry.owner === null) return;
+    let set = byOwner.get(entry.owner);
+    if (add) {
+      if (set === undefined) byOwner.set(entry.owner, (set = new Set()));
+      set.add(uuid);
+    } else if (set !== undefined) {
+      set.delete(uuid);
+      if (set.size === 0) byOwner.delete(entry.owner);
+    }
+  };
+  const store = (uuid: string, entry: Known): void => {
     const known = remote.get(uuid);
-    if (known !== undefined && known.claim > device.claim) return;
+    index(uuid, known, false);
     remote.delete(uuid);
-    remote.set(uuid, { ...device, until: Date.now() + remoteCacheMs });
-    if (remote.size > 50_000) remote.delete(remote.keys().next().value as string);
+    remote.set(uuid, entry);
+    index(uuid, entry, true);
+    if (remote.size > 50_000) {
+      const oldest = remote.keys().next().value as string;
+      index(oldest, remote.get(oldest), false);
+      remote.delete(oldest);
+    }
+  };
+  /**
+   * A newer claim always wins. Otherwise a notice wins only when it says the known claim is
+   * gone, and a Redis answer only when it was asked after what is known was learned (then it
+   * is Redis's state since: a record that is absent, or whose process is dead, is gone).
+   * The newest claim seen is kept either way, so that statuses stay ordered.
+   */
+  const remember = (uuid: string, device: RemoteDevice & { readonly owner: string | null }, source: Source): void => {
+    const known = remote.get(uuid);
+    const now = Date.now();
+    const learnedAt = source.kind === 'lookup' ? source.askedAt : now;
+    if (known !== undefined && device.claim <= known.claim) {
+      const accepted =
+        source.kind === 'notice' ? !device.connected && device.claim === known.claim : source.askedAt >= known.learnedAt;
+      if (!accepted) return;
+      if (device.claim < known.claim) {
+        // Redis no longer has the known claim (released, expired): gone, still ordered by it.
+        store(uuid, { connected: false, claim: known.claim, owner: known.owner, learnedAt, until: now + remoteCacheMs });
+        return;
+      }
+    }
+    store(uuid, { ...device, learnedAt, until: now + remoteCacheMs });
+  };
+
+  // ---- liveness: a key per process, renewed every few seconds; the records of its devices point to it.
+  const liveness = new Map<string, { readonly alive: boolean; readonly until: number }>();
+  const livenessChecks = new Map<string, Promise<boolean>>();
+  const aliveKnown = (who: string | null): boolean | undefined => {
+    if (who === null) return undefined;
+    if (who === owner) return true;
+    const entry = liveness.get(who);
+    return entry !== undefined && entry.until > Date.now() ? entry.alive : undefined;
+  };
+  let goneListener: (devices: readonly GoneDevice[]) => void = () => undefined;
+  /** The process is dead: every device it held is gone (as of `askedAt`), and whoever listens is told. */
+  const buried = (who: string, askedAt: number): void => {
+    const uuids = byOwner.get(who);
+    if (uuids === undefined) return;
+    const gone: GoneDevice[] = [];
+    for (const uuid of [...uuids]) {
+      const known = remote.get(uuid);
+      if (known === undefined || !known.connected || known.owner !== who || known.learnedAt > askedAt) continue;
+      store(uuid, { connected: false, claim: known.claim, owner: who, learnedAt: askedAt, until: Date.now() + remoteCacheMs });
+      gone.push({ uuid, claim: known.claim });
+    }
+    if (gone.length > 0) goneListener(gone);
+  };
+  const learnLiveness = (who: string, alive: boolean, askedAt: number): void => {
+    if (who === owner) return;
+    liveness.set(who, { alive, until: askedAt + livenessCacheMs });
+    if (!alive) buried(who, askedAt);
+  };
+  const checkLiveness = (who: string): Promise<boolean> => {
+    const pending = livenessChecks.get(who);
+    if (pending !== undefined) return pending;
+    const askedAt = Date.now();
+    const check = pub
+      .exists(`${alivePrefix}${who}`)
+      .then((found) => {
+        learnLiveness(who, found === 1, askedAt);
+        return found === 1;
+      })
+      .finally(() => livenessChecks.delete(who));
+    livenessChecks.set(who, check);
+    return check;
   };
   let nsp: Namespace | null = null;
-  let reconnected: () => void = () => undefined;
-  // 'ready' again after the first time: Redis was away, and may have come back empty.
-  pub.on('ready', () => reconnected());
+  let reconnected: (why: 'reconnected' | 'revived') => void = () => undefined;
+  const aliveKey = `${alivePrefix}${owner}`;
+  // 'ready' again after the first time: Redis was away, and may have come back empty (this
+  // process's liveness key too: written again at once, before the others sweep).
+  pub.on('ready', () => {
+    pub.set(aliveKey, '1', 'PX', livenessTtlMs).catch(() => undefined);
+    reconnected('reconnected');
+  });
+  await pub.set(aliveKey, '1', 'PX', livenessTtlMs);
+  let renewing = false;
+  const renew = setInterval(() => {
+    if (renewing) return; // the previous renewal is still waiting (Redis away or cut off)
+    renewing = true;
+    pub
+      .eval(ALIVE_SCRIPT, 1, aliveKey, String(livenessTtlMs))
+      .then((existed) => {
+        // The key had expired: the others took this process for dead and told their subscribers so.
+        if (existed !== 1) reconnected('revived');
+      })
+      .catch((error: unknown) => options.logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'tunnel liveness renewal failed'))
+      .finally(() => (renewing = false));
+  }, livenessRenewMs);
+  renew.unref();
+  let sweeping = false;
+  const sweep = setInterval(() => {
+    const owners = [...byOwner.keys()].filter((who) => who !== owner);
+    if (sweeping || owners.length === 0) return;
+    sweeping = true;
+    const askedAt = Date.now();
+    const pipeline = pub.pipeline();
+    for (const who of owners) pipeline.exists(`${alivePrefix}${who}`);
+    pipeline
+      .exec()
+      .then((results) => {
+        owners.forEach((who, i) => {
+          const [error, found] = results?.[i] ?? [new Error('no answer'), 0];
+          if (error === null) learnLiveness(who, found === 1, askedAt);
+        });
+      })
+      .catch(() => undefined)
+      .finally(() => (sweeping = false));
+  }, livenessSweepMs);
+  sweep.unref();
 
   return {
     adapter,
@@ -187,13 +386,17 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
     attach(namespace, onNotice) {
       nsp = namespace;
       namespace.on('tunnel:notice', (notice: ClusterNotice) => {
-        remember(notice.uuid, { connected: notice.kind === 'device-connected', claim: notice.claim });
+        remember(notice.uuid, { connected: notice.kind === 'device-connected', claim: notice.claim, owner: notice.owner ?? null }, { kind: 'notice' });
         onNotice(notice);
       });
     },
 
     onReconnect(listener) {
       reconnected = listener;
+    },
+
+    onDevicesGone(listener) {
+      goneListener = listener;
     },
 
     async roomsReady() {
@@ -222,18 +425,35 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
 
     remoteDevice(uuid) {
       const known = remote.get(uuid);
-      // Only "connected" is answered from memory: a device that connected elsewhere a moment
-      // ago is reachable from the moment its client sees `connect` (decisions §5), before
-      // its announcement reaches this process, so "not connected" is always asked of Redis.
-      if (known !== undefined && known.connected && known.until > Date.now()) return known;
+      // Only "connected" is answered from memory, and only while the process holding the
+      // device is known to be alive: a device that connected elsewhere a moment ago is
+      // reachable from the moment its client sees `connect` (decisions §5), before its
+      // announcement reaches this process, so "not connected" is always asked of Redis.
+      if (known !== undefined && known.connected && known.until > Date.now()) {
+        const alive = aliveKnown(known.owner);
+        if (alive === true) return known;
+        // One liveness question per process, however many of its devices are asked about.
+        if (alive === undefined && known.owner !== null) {
+          const who = known.owner;
+          return checkLiveness(who).then((found) => {
+            const now = remote.get(uuid);
+            if (now !== undefined && (!now.connected || now.owner !== who)) return now;
+            return found ? (now ?? known) : { connected: false, claim: known.claim };
+          });
+        }
+      }
       const pending = lookups.get(uuid);
       if (pending !== undefined) return pending;
-      const lookup = pub
-        .get(deviceKey(uuid))
-        .then((value) => {
-          const device = { connected: value !== null, claim: claimOf(value) };
-          remember(uuid, device);
-          return remote.get(uuid) ?? device;
+      const askedAt = Date.now();
+      const lookup = (pub.eval(LOOKUP_SCRIPT, 1, deviceKey(uuid), alivePrefix) as Promise<[string, number]>)
+        .then(([found, alive]) => {
+          const value = found === '' ? null : found;
+          const who = ownerOf(value);
+          if (who !== null) learnLiveness(who, alive === 1 || who === owner, askedAt);
+          const device = { connected: value !== null && (alive === 1 || who === owner), claim: claimOf(value), owner: who };
+          remember(uuid, device, { kind: 'lookup', askedAt });
+          const now = remote.get(uuid);
+          return now === undefined ? device : { connected: now.connected, claim: now.claim };
         })
         .finally(() => lookups.delete(uuid));
       lookups.set(uuid, lookup);
@@ -241,9 +461,10 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
     },
 
     announce(notice) {
+      const stamped: ClusterNotice = { ...notice, owner };
       // serverSideEmit reaches every process but this one, whose own answers must not go stale either.
-      remember(notice.uuid, { connected: notice.kind === 'device-connected', claim: notice.claim });
-      nsp?.serverSideEmit('tunnel:notice', notice);
+      remember(notice.uuid, { connected: notice.kind === 'device-connected', claim: notice.claim, owner }, { kind: 'notice' });
+      nsp?.serverSideEmit('tunnel:notice', stamped);
     },
 
     async close() {
@@ -251,6 +472,10 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
         await Promise.race([client.quit().catch(() => undefined), new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
         client.disconnect();
       };
+      clearInterval(renew);
+      clearInterval(sweep);
+      // Gone at once for the others, rather than when the key expires (the records were released already).
+      if (pub.status === 'ready') await Promise.race([pub.del(aliveKey).catch(() => undefined), new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
       await Promise.all([quit(pub), quit(sub)]);
     },
   };

@@ -43,7 +43,7 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
     if (typeof token !== 'string' || token.length === 0 || token.length > 8192) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
     try {
       const claims = tokens.verifyAccess(token);
-      return { kind: 'app', userId: claims.sub, exp: claims.exp };
+      return { kind: 'app', userId: claims.sub, exp: claims.exp, iat: claims.iat, ...(claims.fam !== undefined ? { fam: claims.fam } : {}) };
     } catch (error) {
       // A valid access token of a deactivated account is refused as such; anything else may be a device token.
       if (error instanceof UnauthorizedError && error.message === TOKEN_MESSAGES.revoked) throw error;

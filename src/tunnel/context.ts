@@ -43,7 +43,7 @@ export const DEFAULT_TUNNEL_OPTIONS: TunnelOptions = {
 
 /** Who a socket is, as its handshake proved it. */
 export type Authenticated =
-  | { readonly kind: 'app'; readonly userId: string; readonly exp: number }
+  | { readonly kind: 'app'; readonly userId: string; readonly exp: number; readonly iat: number; readonly fam?: string }
   | { readonly kind: 'device'; readonly uuid: string; readonly gen: number; readonly exp: number; readonly authorizedAt: string };
 
 export interface SocketData {

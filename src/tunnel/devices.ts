@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { TOKEN_MESSAGES } from '../auth/tokens';
 import { UnauthorizedError } from '../domain/errors';
 import { findDeviceByUuid } from '../projections/devices';
-import type { ClusterNotice, DeviceClaim } from './cluster';
+import type { ClusterNotice, DeviceClaim, GoneDevice } from './cluster';
 import {
   andThen,
   deviceRoom,
@@ -42,9 +42,28 @@ export interface DeviceSockets {
   onNotice(notice: ClusterNotice): void;
   /** Whether the device's tunnel socket is connected, here or on any process. */
   connected(uuid: string): Maybe<boolean>;
+  /** The same, with the order of that knowledge (`tunnelSeq` of `device:status`). */
+  tunnel(uuid: string): Maybe<TunnelState>;
+  /** Devices whose process died: this process's subscribers hear they are gone. */
+  onGone(devices: readonly GoneDevice[]): void;
+  /** This process's own devices, told again to every subscriber (the others took it for dead). */
+  announceHeld(): void;
   /** The claims this process holds (written again after Redis restarts). */
   held(): Array<{ uuid: string; claim: DeviceClaim }>;
   sendStatus(uuid: string, status: DeviceStatus, localOnly: boolean): void;
+}
+
+export interface TunnelState {
+  readonly connected: boolean;
+  readonly claim: DeviceClaim;
+}
+
+/**
+ * Orders what statuses say about a device's socket: claims grow with every connection (and
+ * stay below 2^52: microseconds of Redis's clock), and a drop comes right after its claim.
+ */
+export function tunnelSeq(state: TunnelState): number {
+  return state.claim * 2 + (state.connected ? 0 : 1);
 }
 
 const replaced = (): TunnelError => ({ code: 'SESSION_REPLACED', message: TUNNEL_MESSAGES.sessionReplaced });
@@ -66,9 +85,11 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
   };
 
   /** The device's tunnel socket connected or dropped: every subscriber, on every process, hears it with the presence. */
-  const announceTunnel = (uuid: string, tunnelConnected: boolean): void => {
+  const announceTunnel = (uuid: string, state: TunnelState, localOnly = false): void => {
     ctx.track(
-      presenceOf(uuid).then((presence) => sendStatus(uuid, { deviceUuid: uuid, ...presence, tunnelConnected }, false)),
+      presenceOf(uuid).then((presence) =>
+        sendStatus(uuid, { deviceUuid: uuid, ...presence, tunnelConnected: state.connected, tunnelSeq: tunnelSeq(state) }, localOnly),
+      ),
       'device status',
     );
   };
@@ -79,7 +100,7 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
       ctx.track(cluster.releaseDevice(session.uuid, session.claim), 'device release');
       cluster.announce({ kind: 'device-gone', uuid: session.uuid, claim: session.claim });
     }
-    announceTunnel(session.uuid, false);
+    announceTunnel(session.uuid, { connected: false, claim: session.claim ?? 0 });
   };
 
   const end = (session: DeviceSession, error: TunnelError): void => {
@@ -132,7 +153,7 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
     }
     sessions.live.set(uuid, session);
     cluster.announce({ kind: 'device-connected', uuid, claim: mine });
-    announceTunnel(uuid, true);
+    announceTunnel(uuid, { connected: true, claim: mine });
   };
 
   const relay = (session: DeviceSession, input: unknown): Maybe<MessageAck> => {
@@ -194,6 +215,23 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
       if (local !== undefined && local.claim !== null && local.claim < notice.claim) end(local, replaced());
     },
     connected: (uuid) => sessions.live.has(uuid) || andThen(cluster.remoteDevice(uuid), (remote) => remote.connected),
+    tunnel: (uuid) => {
+      const local = sessions.live.get(uuid);
+      if (local !== undefined && local.claim !== null) return { connected: true, claim: local.claim };
+      return andThen(cluster.remoteDevice(uuid), (remote) => ({ connected: remote.connected, claim: remote.claim }));
+    },
+    onGone(gone) {
+      for (const device of gone) {
+        // Held here now under a newer claim, or nobody here listens: nothing to tell.
+        if (sessions.live.has(device.uuid) || !sessions.subscribers.has(device.uuid)) continue;
+        announceTunnel(device.uuid, { connected: false, claim: device.claim }, true);
+      }
+    },
+    announceHeld() {
+      for (const session of sessions.live.values()) {
+        if (session.claim !== null) announceTunnel(session.uuid, { connected: true, claim: session.claim });
+      }
+    },
     held: () => [...sessions.live.values()].flatMap((s) => (s.claim !== null ? [{ uuid: s.uuid, claim: s.claim }] : [])),
     sendStatus,
   };

@@ -29,7 +29,7 @@ export const TUNNEL_MESSAGES = {
   sessionReplaced: 'A newer connection of this device replaced this one',
   accessRevoked: (deviceUuid: string) => `Access to device ${deviceUuid} has been revoked`,
   deviceRevoked: 'This device was deleted or its token was revoked',
-  accountRevoked: 'This account was deactivated: its tokens have been revoked',
+  accountRevoked: 'The token of this connection has been revoked (deactivation, password reset or reuse): sign in again',
   unavailable: 'The service is unavailable, try again',
 } as const;
 

@@ -3,7 +3,7 @@ import { asHomeHubEvent, STREAM_PREFIXES } from '../domain/events';
 import type { EventStore, GlobalPosition, RecordedEvent, Subscription } from '../infra/eventstore/port';
 import type { AppSockets } from './apps';
 import { errorText, type DeviceSession, type TunnelContext } from './context';
-import type { DeviceSockets } from './devices';
+import { tunnelSeq, type DeviceSockets } from './devices';
 import { TUNNEL_MESSAGES } from './errors';
 
 /**
@@ -23,8 +23,8 @@ export async function startLiveFeed(
   deps: {
     readonly eventStore: EventStore;
     readonly apps: Pick<AppSockets, 'removeSubscription'>;
-    readonly devices: Pick<DeviceSockets, 'end' | 'connected' | 'sendStatus'>;
-    readonly accessRevocations: Pick<AccessRevocations, 'onRevoked'> | undefined;
+    readonly devices: Pick<DeviceSockets, 'end' | 'tunnel' | 'sendStatus'>;
+    readonly accessRevocations: Pick<AccessRevocations, 'onRevoked' | 'isRevoked'> | undefined;
     /** The heartbeat path's folds of device streams: a revocation made elsewhere makes them stale. */
     readonly onDeviceRevoked?: ((streamName: string) => void) | undefined;
   },
@@ -36,8 +36,8 @@ export async function startLiveFeed(
   const announcePresence = (uuid: string, isOnline: boolean, lastSeenAt: string | null): void => {
     if (!sessions.subscribers.has(uuid)) return;
     ctx.track(
-      Promise.resolve(devices.connected(uuid)).then((tunnelConnected) =>
-        devices.sendStatus(uuid, { deviceUuid: uuid, isOnline, lastSeenAt, tunnelConnected }, true),
+      Promise.resolve(devices.tunnel(uuid)).then((tunnel) =>
+        devices.sendStatus(uuid, { deviceUuid: uuid, isOnline, lastSeenAt, tunnelConnected: tunnel.connected, tunnelSeq: tunnelSeq(tunnel) }, true),
       ),
       'device status',
     );
@@ -89,10 +89,13 @@ export async function startLiveFeed(
     }
   };
 
-  // A deactivated account: every process closes the sockets it holds for it.
-  deps.accessRevocations?.onRevoked((userId) => {
+  // Tokens that ended (a deactivation, a password reset, a reused family): every process closes the sockets it holds with them.
+  const revocations = deps.accessRevocations;
+  revocations?.onRevoked((userId) => {
     for (const session of [...sessions.all.values()]) {
       if (session.kind !== 'app' || session.userId !== userId) continue;
+      const auth = session.socket.data.auth;
+      if (auth.kind === 'app' && !revocations.isRevoked({ sub: auth.userId, iat: auth.iat, fam: auth.fam })) continue;
       session.socket.emit('tunnel:error', { code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.accountRevoked });
       session.socket.disconnect(true);
     }

@@ -67,7 +67,7 @@ export interface TunnelDeps {
   /** The device read model: the heartbeat presence `device:status` carries when the tunnel socket connects or drops. */
   readonly readStore?: ReadStore;
   /** Deactivated accounts: their app sockets are told ACCESS_REVOKED and closed. */
-  readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked'>;
+  readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked' | 'isRevoked'>;
   /** Told of a device stream whose token generation changed or that was deleted, on any process. */
   readonly onDeviceRevoked?: (streamName: string) => void;
 }
@@ -76,6 +76,8 @@ export interface TunnelStats {
   readonly appSockets: number;
   readonly deviceSockets: number;
   readonly subscriptions: number;
+  /** App sessions in the subscriber index (each counted once per device): equals `subscriptions` unless some leaked. */
+  readonly subscribedSessions: number;
 }
 
 export interface Tunnel {
@@ -153,11 +155,15 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   // and announced, since the other processes' answers about these devices may be stale.
   const refresh = setInterval(() => ctx.track(cluster.refreshDevices(devices.held()), 'device refresh'), REFRESH_CLAIMS_MS);
   refresh.unref();
-  cluster.onReconnect(() => {
+  cluster.onReconnect((why) => {
     const held = devices.held();
     ctx.track(cluster.refreshDevices(held), 'device refresh');
     for (const device of held) cluster.announce({ kind: 'device-connected', ...device });
+    // Taken for dead, the others told their subscribers these devices were gone.
+    if (why === 'revived') devices.announceHeld();
   });
+  // Another process died: its devices are gone, and this process's subscribers hear it.
+  cluster.onDevicesGone((gone) => devices.onGone(gone));
 
   return {
     stats: () => {
@@ -168,7 +174,9 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
         appSockets++;
         subscriptions += session.subscriptions.size;
       }
-      return { appSockets, deviceSockets: ctx.sessions.all.size - appSockets, subscriptions };
+      let subscribedSessions = 0;
+      for (const set of ctx.sessions.subscribers.values()) subscribedSessions += set.size;
+      return { appSockets, deviceSockets: ctx.sessions.all.size - appSockets, subscriptions, subscribedSessions };
     },
     close: async () => {
       if (closing) return;

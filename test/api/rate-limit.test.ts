@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { api, CRM_KEY, createUser, MODES, startTestService, type Mode, type TestService } from '../support/harness';
+import { pathVariants, rawRequest } from '../support/path-variants';
 import { twoProcesses } from '../support/two-processes';
 
 /** Each tier at its boundary, with limits made short through RATE_LIMITS. */
@@ -49,6 +50,11 @@ describe.each<Mode>(MODES)('rate limits (%s mode)', (mode) => {
     const ip = freshIp();
     const login = () => api(service, 'POST', '/auth/login', { headers: from(ip), body: { email: 'nobody@example.com', password: 'wrong-password' } });
     await expectBoundary(login, 3);
+    // The attacker's spellings of the same route are the same tier and the same budget.
+    for (const path of pathVariants('/api/v1/auth/login').routed) {
+      const res = await rawRequest(service, 'POST', path, { headers: from(ip), body: { email: 'nobody@example.com', password: 'wrong-password' } });
+      expect({ path, status: res.status }).toEqual({ path, status: 429 });
+    }
     const other = await api(service, 'POST', '/auth/login', { headers: from(freshIp()), body: { email: 'nobody@example.com', password: 'wrong-password' } });
     expect(other.status).toBe(401);
   });

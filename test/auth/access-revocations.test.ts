@@ -36,7 +36,8 @@ describe('access revocations', () => {
     r.apply(recorded(`user-${USER}`, 'UserDeactivated', { userId: USER, reason: 'crm', deactivatedAt: '2026-11-24T10:00:00.500Z' }));
     r.apply(recorded('session-f-old', 'RefreshRevoked', { familyId: 'f-old', userId: USER, reason: 'deactivated', revokedAt: '2026-11-24T10:00:00.501Z' }));
     r.apply(recorded(`user-${USER}`, 'UserReactivated', { userId: USER, reason: 'crm', reactivatedAt: '2026-11-24T10:00:00.900Z' }));
-    expect(r.isRevoked({ sub: USER, iat: d.second - 1, fam: 'f-new' })).toBe(true);
+    // A login after the reactivation, in the same second: its family was opened after the cut.
+    r.apply(recorded('session-f-new', 'RefreshIssued', { familyId: 'f-new', userId: USER, jti: 'j', issuedAt: '2026-11-24T10:00:00.950Z', expiresAt: '2026-12-24T10:00:00.950Z', ip: null, userAgent: null }));
     expect(r.isRevoked({ sub: USER, iat: d.second, fam: 'f-old' })).toBe(true);
     expect(r.isRevoked({ sub: USER, iat: d.second })).toBe(true);
     expect(r.isRevoked({ sub: USER, iat: d.second, fam: 'f-new' })).toBe(false);

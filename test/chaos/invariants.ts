@@ -20,6 +20,11 @@ export const INVARIANTS = [
   'refresh-token families',
   'no 5xx but 503 in an outage',
   'tunnel reconnected and relayed',
+  // Watched during the run (watchers.ts).
+  'tunnel acks match the hub socket',
+  'one projector at a time',
+  'checkpoint never decreases',
+  'nothing deleted reappears',
 ] as const;
 
 export interface Reader {

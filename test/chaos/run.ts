@@ -17,6 +17,7 @@ import { createAdmin, makeActor, OFFLINE_AFTER_SECONDS, populate, startTopology,
 import { checkReconnected, closePair, type TunnelPair } from './tunnel';
 import { storedModels } from './stored-models';
 import { runWorker } from './workload';
+import { acknowledgedDeletes, checkAcks, watch, type Watchers } from './watchers';
 import { emptyWorld, sendUntilAnswered, violation, type Actor, type World } from './world';
 
 const WORKERS = 4;
@@ -56,6 +57,7 @@ const nullIfUnanswered = (op: Operation): Operation | null => (op.status === nul
 /** Every process up again, Redis answering, and every process ready (projector caught up). */
 async function settle(running: Running): Promise<void> {
   running.redis?.resume();
+  for (const proxies of running.links.values()) for (const proxy of Object.values(proxies)) proxy.heal();
   for (const service of running.services) if (!service.alive()) await service.start();
   const deadline = Date.now() + SETTLE_TIMEOUT_MS;
   for (const service of running.services) {
@@ -89,7 +91,7 @@ async function checkAll(running: Running, history: History, world: World, actors
   checkServerErrors(world, history, OUTAGE_GRACE_MS);
 }
 
-function report(mode: Mode, seed: number, history: History, world: World, start: number, steps: number, pairs: readonly TunnelPair[]): boolean {
+function report(mode: Mode, seed: number, history: History, world: World, start: number, steps: number, pairs: readonly TunnelPair[], watched: string): boolean {
   const faults = new Map<string, number>();
   for (const f of history.faults) faults.set(f.kind, (faults.get(f.kind) ?? 0) + 1);
   const relayed = pairs.reduce((sum, p) => sum + p.relayed, 0);
@@ -98,7 +100,7 @@ function report(mode: Mode, seed: number, history: History, world: World, start:
     `\nchaos ${mode} seed ${seed}: ${history.faults.length} faults (${[...faults].map(([k, n]) => `${k} ${n}`).join(', ') || 'none'}); ` +
       `${steps} steps, ${history.operations.length} requests, ${history.acknowledged()} acknowledged, ${history.indeterminate()} without answer, ` +
       `${history.operations.filter((op) => op.status === 503).length} answered 503; ` +
-      `tunnel ${relayed} relayed, ${answered} answered\n\n`,
+      `tunnel ${relayed} relayed, ${answered} answered; ${watched}\n\n`,
   );
   const width = Math.max(...INVARIANTS.map((i) => i.length));
   process.stdout.write(`  ${'invariant'.padEnd(width)}  result\n  ${'-'.repeat(width)}  ------\n`);
@@ -134,6 +136,7 @@ async function runMode(mode: Mode, seed: number, durationS: number): Promise<boo
     const deadline = start + durationS * 1000;
     const faultRng = mulberry32(seed);
     armTargetedFaults(running, history, () => stopped);
+    const watchers: Watchers = watch({ world, history, services: running.services, mongoUri: running.mongoUri, targets: running.targets, adminToken });
     const faults = runSchedule(planFaults(mode, faultRng, durationS * 1000), running, history, faultRng, () => stopped || Date.now() > deadline);
     const limits = { deadline, maxSteps: durationS * 60, pauseMs: 20 };
     const steps = (await Promise.all(actors.map((actor, i) => runWorker(actor, pairs[i], limits)))).reduce((a, b) => a + b, 0);
@@ -141,10 +144,16 @@ async function runMode(mode: Mode, seed: number, durationS: number): Promise<boo
     await faults;
 
     await settle(running);
+    await watchers.stop();
+    const acks = checkAcks(world, pairs, history.faults, running.hubHolder?.name ?? null);
     await checkAll(running, history, world, actors, adminActor, adminToken, pairs);
+    const counts = watchers.counts();
+    const watched =
+      `watched: ${acks} acks delivered, ${counts.tenures} lease tenures, ${counts.checkpointReads} checkpoint reads, ` +
+      `${counts.deletedReads} reads of ${acknowledgedDeletes(history)} deleted devices`;
     const problems = running.services.flatMap((s) => s.problems);
     if (problems.length > 0) process.stdout.write(`\nservice error log lines (${problems.length}), first: ${problems[0] ?? ''}\n`);
-    return report(mode, seed, history, world, start, steps, pairs);
+    return report(mode, seed, history, world, start, steps, pairs, watched);
   } finally {
     stopped = true;
     for (const pair of pairs) closePair(pair);

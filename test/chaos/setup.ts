@@ -10,7 +10,8 @@ import { TEST_SECRETS } from '../support/server';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 import { startStack, type Stack } from '../support/stack';
 import { Client } from './client';
-import type { Topology } from './faults';
+import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
+import { LINK_NAMES, type LinkName, type Topology } from './faults';
 import type { History } from './history';
 import { ok } from './history';
 import { serviceProcess, type ServiceProcess } from './processes';
@@ -36,8 +37,10 @@ export interface Running extends Topology {
   readonly targets: readonly string[];
   readonly smtp: TestSmtpServer;
   readonly tokens: Tokens;
-  /** Distributed mode: where the read models are stored. */
+  /** Distributed mode: where the read models are stored (directly, not through a process's proxy). */
   readonly mongoUri: string | null;
+  /** Distributed mode: the Redis the processes share (directly). */
+  readonly redisUrl: string | null;
   stop(): Promise<void>;
 }
 
@@ -50,6 +53,8 @@ function serviceEnv(smtp: TestSmtpServer, extra: Record<string, string>): Record
     // Every client is on 127.0.0.1: limits it never reaches (rate limiting is not under test).
     RATE_LIMITS: TIERS.map((tier) => `${tier}=1000000/60`).join(','),
     PROJECTOR_LEASE_MS: '3000',
+    // Warn: the projector lease's tenures (checked from the log, watchers.ts) are logged at
+    // warn; every request at info would fill the log pipe faster than a busy run reads it.
     LOG_LEVEL: 'warn',
     ...extra,
   };
@@ -61,29 +66,65 @@ export async function startTopology(mode: Mode): Promise<Running> {
   let stack: Stack | null = null;
   let dataDir: string | null = null;
   const services: ServiceProcess[] = [];
+  const links = new Map<string, Record<LinkName, TcpProxy>>();
   if (mode === 'embedded') {
     dataDir = mkdtempSync(join(tmpdir(), 'hhc-chaos-'));
     // Start snapshots every few hundred events, so that random kills can land before, during or after
     // their writes and most restarts load one (a damaged or stale one falls back to a replay).
     services.push(serviceProcess('service', await freePort(), serviceEnv(smtp, { DATA_DIR: dataDir, SNAPSHOT_EVERY_EVENTS: String(SNAPSHOT_EVERY_EVENTS) })));
   } else {
-    stack = await startStack();
-    for (let i = 1; i <= API_PROCESSES; i++) services.push(serviceProcess(`api-${i}`, await freePort(), serviceEnv(smtp, { ...stack.env })));
+    // MongoDB standalone: each process reaches it through its own proxy (a replica set's
+    // client would follow the member list to the server's own port, around the proxy).
+    stack = await startStack({ mongo: 'standalone' });
+    for (let i = 1; i <= API_PROCESSES; i++) {
+      const name = `api-${i}`;
+      const proxies = await proxiesFor(stack);
+      links.set(name, proxies);
+      services.push(serviceProcess(name, await freePort(), serviceEnv(smtp, throughProxies(stack, proxies))));
+    }
   }
   for (const service of services) await service.start();
   return {
     services,
     redis: stack?.redis ?? null,
+    links,
+    hubHolder: mode === 'distributed' ? (services[services.length - 1] ?? null) : null,
+    redisUrl: stack?.env.REDIS_URL ?? null,
     targets: services.map((s) => s.baseUrl),
     smtp,
     tokens,
     mongoUri: stack?.env.MONGODB_URI ?? null,
     stop: async () => {
       await Promise.allSettled(services.map((s) => s.stop()));
+      for (const proxies of links.values()) await Promise.allSettled(LINK_NAMES.map((name) => proxies[name].close()));
       await stack?.stop();
       await smtp.stop();
       if (dataDir !== null) rmSync(dataDir, { recursive: true, force: true });
     },
+  };
+}
+
+/** A proxy in front of each of the stack's servers, for one process. */
+async function proxiesFor(stack: Stack): Promise<Record<LinkName, TcpProxy>> {
+  return {
+    redis: await startTcpProxy(stack.redis.port),
+    mongodb: await startTcpProxy(portOf(stack.env.MONGODB_URI)),
+    eventstore: await startTcpProxy(portOf(stack.env.EVENTSTORE_URL)),
+  };
+}
+
+function portOf(url: string): number {
+  const match = /:\/\/[^/:]+:(\d+)/.exec(url);
+  if (match?.[1] === undefined) throw new Error(`no port in ${url}`);
+  return Number(match[1]);
+}
+
+/** The stack's addresses with the proxies' ports. */
+function throughProxies(stack: Stack, proxies: Readonly<Record<LinkName, TcpProxy>>): Record<string, string> {
+  return {
+    REDIS_URL: proxies.redis.url(stack.env.REDIS_URL),
+    MONGODB_URI: proxies.mongodb.url(stack.env.MONGODB_URI),
+    EVENTSTORE_URL: proxies.eventstore.url(stack.env.EVENTSTORE_URL),
   };
 }
 

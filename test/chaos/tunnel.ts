@@ -17,6 +17,10 @@ export interface TunnelPair {
   relayed: number;
   answered: number;
   readonly replies: Set<string>;
+  /** When the hub's socket was connected, as its client saw it (`to` is +∞ while it is). */
+  readonly hubConnected: Array<{ from: number; to: number }>;
+  /** Every message's ack, with when it was sent and answered. */
+  readonly acks: Array<{ readonly sentAt: number; readonly ackedAt: number; readonly delivered: boolean }>;
 }
 
 function open(baseUrl: string, token: string): Socket {
@@ -33,7 +37,12 @@ function open(baseUrl: string, token: string): Socket {
 export function openPair(appUrl: string, hubUrl: string, accessToken: string, deviceToken: string, deviceUuid: string): TunnelPair {
   const app = open(appUrl, accessToken);
   const hub = open(hubUrl, deviceToken);
-  const pair: TunnelPair = { deviceUuid, app, hub, relayed: 0, answered: 0, replies: new Set() };
+  const pair: TunnelPair = { deviceUuid, app, hub, relayed: 0, answered: 0, replies: new Set(), hubConnected: [], acks: [] };
+  hub.on('connect', () => pair.hubConnected.push({ from: Date.now(), to: Number.POSITIVE_INFINITY }));
+  hub.on('disconnect', () => {
+    const last = pair.hubConnected[pair.hubConnected.length - 1];
+    if (last !== undefined && last.to === Number.POSITIVE_INFINITY) last.to = Date.now();
+  });
   app.on('connect', () => {
     app.timeout(5000).emit('tunnel:subscribe', { deviceUuid }, () => undefined);
   });
@@ -55,16 +64,22 @@ async function waitFor(condition: () => boolean, timeoutMs: number): Promise<boo
   return condition();
 }
 
-/** One message from the app to its hub and the hub's answer back; whether both arrived. */
+/**
+ * One message from the app to its hub and the hub's answer back; whether both arrived. Sent
+ * whether or not the hub is connected (an app cannot know): its ack is checked against the
+ * hub's socket (watchers.ts).
+ */
 export async function ping(pair: TunnelPair, waitMs = 2000): Promise<boolean> {
-  if (!pair.app.connected || !pair.hub.connected) return false;
+  if (!pair.app.connected) return false;
   const id = randomUUID();
   let ack: MessageAck;
+  const sentAt = Date.now();
   try {
     ack = (await pair.app.timeout(waitMs).emitWithAck('tunnel:message', { deviceUuid: pair.deviceUuid, id, type: 'ping', payload: { id } })) as MessageAck;
   } catch {
     return false;
   }
+  pair.acks.push({ sentAt, ackedAt: Date.now(), delivered: ack.delivered });
   if (!ack.delivered) return false;
   pair.relayed += 1;
   const answered = await waitFor(() => pair.replies.has(id), waitMs);

@@ -81,6 +81,7 @@ describe('quickstart', () => {
       JWT_REFRESH_SECRET: 'b'.repeat(40),
       JWT_DEVICE_SECRET: 'c'.repeat(40),
       INTERNAL_API_KEYS: 'key',
+      DATA_KEY_ENCRYPTION_KEY: 'd'.repeat(40),
     });
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain('--allow-distributed');

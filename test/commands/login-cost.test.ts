@@ -52,6 +52,7 @@ function countingReadStore(inner: ReadStore, work: { current: Work }): ReadStore
     },
     getCheckpoint: (name) => inner.getCheckpoint(name),
     setCheckpoint: (name, value) => inner.setCheckpoint(name, value),
+    advanceCheckpoint: (name, value, guard) => inner.advanceCheckpoint(name, value, guard),
     ping: () => inner.ping(),
     close: () => inner.close(),
   };
@@ -77,6 +78,9 @@ function memoryCredentials(work: { current: Work }): CredentialStore {
   return {
     put: async (userId, version, hash) => void hashes.set(`${userId}/${version}`, hash),
     get: async (userId, version) => (work.current.credentials++, hashes.get(`${userId}/${version}`) ?? null),
+    getDataKey: async () => null,
+    putDataKey: async (_subject, key) => key,
+    forget: async () => undefined,
     ping: async () => undefined,
     close: async () => undefined,
   };
@@ -173,6 +177,8 @@ describe.each(MODES)('login does the same work for an unknown e-mail as for a wr
   test('unknown e-mail, wrong password, synced user without a password: the same reads and one verification each', async () => {
     const known = await account({ password: 'the-right-password', active: true });
     const synced = await account({ password: null, active: true });
+    // The first unknown e-mail sets the process looking for an account to stand in (once, in the background).
+    await measured(`ghost.${randomUUID()}@example.com`, 'warm-up-1');
     const unknown = await measured(`ghost.${randomUUID()}@example.com`, 'a-guess-1');
     const wrong = await measured(known, 'a-guess-1');
     const noPassword = await measured(synced, 'a-guess-1');

@@ -48,6 +48,7 @@ async function openStore(): Promise<{ store: ReadStore; prefix: string; cleanup:
     },
     getCheckpoint: (name) => inner.getCheckpoint(name),
     setCheckpoint: (name, value) => inner.setCheckpoint(name, value),
+    advanceCheckpoint: (name, value, guard) => inner.advanceCheckpoint(name, value, guard),
     ping: () => inner.ping(),
     close: () => inner.close(),
   };

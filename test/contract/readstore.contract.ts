@@ -218,11 +218,27 @@ export function readStoreContract(
         expect(await devices().remove('d1', '0007')).toBe(false);
       });
 
-      it('keeps no guard: a removed id can be written again with any guard', async () => {
+      it('leaves a tombstone no read sees: a put up to its guard is refused, a later one writes the id again', async () => {
         await devices().put(device('d1'), '5');
+        await devices().put(device('d2'), '5');
         await devices().remove('d1', '6');
-        expect(await devices().put(device('d1', { name: 'again' }), '1')).toBe(true);
+        expect(await devices().put(device('d1', { name: 'replayed' }), '1')).toBe(false);
+        expect(await devices().put(device('d1', { name: 'replayed' }), '6')).toBe(false);
+        expect(await devices().get('d1')).toBeNull();
+        expect(await devices().getGuard('d1')).toBeNull();
+        expect(await devices().getMany(['d1', 'd2'])).toEqual(new Map([['d2', { doc: device('d2'), guard: '5' }]]));
+        expect((await devices().find()).map((d) => d.id)).toEqual(['d2']);
+        expect(await devices().count()).toBe(1);
+        expect(await devices().put(device('d1', { name: 'again' }), '7')).toBe(true);
         expect((await devices().get('d1'))?.name).toBe('again');
+        expect(await devices().count()).toBe(2);
+      });
+
+      it('leaves a tombstone for a missing document too', async () => {
+        expect(await devices().remove('d9', '6')).toBe(false);
+        expect(await devices().put(device('d9'), '5')).toBe(false);
+        expect(await devices().get('d9')).toBeNull();
+        expect(await devices().put(device('d9'), '8')).toBe(true);
       });
     });
 
@@ -663,6 +679,25 @@ export function readStoreContract(
         await store.setCheckpoint('projector', '200:200');
         expect(await store.getCheckpoint('projector')).toBe('200:200');
         expect(await store.getCheckpoint('other')).toBe('x');
+      });
+
+      it('a guarded checkpoint never goes back, and refuses an older epoch (fencing)', async () => {
+        const at = (n: number): string => String(n).padStart(4, '0');
+        expect(await store.advanceCheckpoint('projector', '10/10', { epoch: 1, order: at(10) })).toBe('written');
+        expect(await store.advanceCheckpoint('projector', '5/5', { epoch: 1, order: at(5) })).toBe('behind');
+        expect(await store.getCheckpoint('projector')).toBe('10/10');
+        // A newer holder starts behind the old one's checkpoint: harmless, it catches up.
+        expect(await store.advanceCheckpoint('projector', '8/8', { epoch: 2, order: at(8) })).toBe('behind');
+        expect(await store.advanceCheckpoint('projector', '12/12', { epoch: 2, order: at(12) })).toBe('written');
+        // The old holder's late write, further on or not: refused.
+        expect(await store.advanceCheckpoint('projector', '20/20', { epoch: 1, order: at(20) })).toBe('fenced');
+        expect(await store.advanceCheckpoint('projector', '11/11', { epoch: 1, order: at(11) })).toBe('fenced');
+        expect(await store.getCheckpoint('projector')).toBe('12/12');
+        expect(await store.advanceCheckpoint('projector', '12/12', { epoch: 2, order: at(12) })).toBe('written');
+        // Over a checkpoint written without a guard (a rebuild, an earlier version): written.
+        await store.setCheckpoint('other', '3/3');
+        expect(await store.advanceCheckpoint('other', '4/4', { epoch: 7, order: at(4) })).toBe('written');
+        expect(await store.getCheckpoint('other')).toBe('4/4');
       });
 
       it('answers ping while open and refuses after close', async () => {

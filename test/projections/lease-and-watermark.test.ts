@@ -3,6 +3,7 @@ import { createRedisLease } from '../../src/projections/lease';
 import { createLocalWatermark, createRedisWatermark } from '../../src/projections/watermark';
 import { createMemoryReadStore } from '../../src/infra/readstore/memory';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis';
+import { startTcpProxy } from '../support/tcp-proxy';
 
 const pos = (n: number) => ({ commit: BigInt(n), prepare: BigInt(n) });
 
@@ -39,6 +40,37 @@ describe('projector lease in Redis', () => {
     expect(b.isHeld()).toBe(true);
     await b.release();
   });
+
+  test('a holder cut off from Redis stops holding before anyone else can take the lease; each tenure has a greater epoch', async () => {
+    const proxy = await startTcpProxy(redis.port);
+    try {
+      // The holder's connection waits for ever, as the service's do (maxRetriesPerRequest: null).
+      const cutOff = new Redis(proxy.url(redis.url), { maxRetriesPerRequest: null });
+      cutOff.on('error', () => undefined);
+      clients.push(cutOff);
+      const a = createRedisLease(cutOff, 'lease:cut', 600);
+      const b = createRedisLease(client(), 'lease:cut', 600);
+      await a.acquire();
+      const first = a.epoch();
+      expect(first).toEqual(expect.any(Number));
+      let aLostAt: number | null = null;
+      void a.lost().then(() => (aLostAt = Date.now()));
+
+      proxy.blackhole();
+      await b.acquire();
+      const takenAt = Date.now();
+      // When the other process holds it, the cut-off one has stopped already, and says so.
+      expect(aLostAt).not.toBeNull();
+      expect(aLostAt ?? Infinity).toBeLessThanOrEqual(takenAt);
+      expect(a.isHeld()).toBe(false);
+      expect(a.epoch()).toBeNull();
+      expect(b.epoch()).toBeGreaterThan(first ?? Infinity);
+      await b.release();
+    } finally {
+      proxy.heal({ reset: true });
+      await proxy.close();
+    }
+  }, 20_000);
 
   test('a holder that loses its key learns it has lost the lease', async () => {
     const raw = client();

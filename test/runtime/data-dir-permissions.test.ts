@@ -49,7 +49,7 @@ test('the event log, its segments, indexes, compacted segments, the lock, the sn
     await store.close();
     const credentials = await openFileCredentialStore(dataDir);
     await credentials.close();
-    await writeStartSnapshot(join(dataDir, 'read-models.snapshot'), 'v', { readModels: { checkpoints: {}, collections: {} }, revocations: null });
+    await writeStartSnapshot(join(dataDir, 'read-models.snapshot'), 'v', { readModels: { checkpoints: {}, collections: {} } });
 
     const found = modes();
     // What was made: several segments and their indexes, compacted ones among them.

@@ -14,7 +14,6 @@ import { startSnapshotWriter } from '../../src/runtime/snapshot-writer';
 
 const bodyAt = (position: number): SnapshotBody => ({
   readModels: { checkpoints: { projector: `${position}/${position}` }, collections: { users: [] } },
-  revocations: { position: `${position}/${position}`, state: [] },
 });
 
 let dir: string;

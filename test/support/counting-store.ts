@@ -46,6 +46,10 @@ export function counted(inner: ReadStore, calls: Calls, failWrite?: (collection:
       calls.checkpoints++;
       return inner.setCheckpoint(name, value);
     },
+    advanceCheckpoint: (name, value, guard) => {
+      calls.checkpoints++;
+      return inner.advanceCheckpoint(name, value, guard);
+    },
     ping: () => inner.ping(),
     close: () => inner.close(),
   };

@@ -95,7 +95,9 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
 export async function startTestService(mode: Mode, extraEnv: Record<string, string> = {}, options: TestServiceOptions = {}): Promise<TestService> {
   if (mode === 'embedded') {
     const dir = mkdtempSync(join(tmpdir(), 'hhc-test-'));
-    return startWith(mode, { ...TEST_SECRETS, DATA_DIR: dir, ...extraEnv }, { stack: null, dir }, options);
+    // The data-key KEK is left to DATA_DIR, as an embedded deployment has it: tools given only DATA_DIR read the same one.
+    const { DATA_KEY_ENCRYPTION_KEY: _generatedInDataDir, ...secrets } = TEST_SECRETS;
+    return startWith(mode, { ...secrets, DATA_DIR: dir, ...extraEnv }, { stack: null, dir }, options);
   }
   const stack = await startStack();
   return startWith(mode, { ...TEST_SECRETS, ...stack.env, ...extraEnv }, { stack, dir: null }, options);

@@ -83,4 +83,5 @@ export const TEST_SECRETS = {
   JWT_REFRESH_SECRET: 'test-refresh-secret-0123456789abcdef012345678',
   JWT_DEVICE_SECRET: 'test-device-secret-0123456789abcdef0123456789',
   INTERNAL_API_KEYS: 'test-crm-key-1,test-crm-key-2',
+  DATA_KEY_ENCRYPTION_KEY: 'test-data-key-encryption-key-0123456789abcdef',
 } as const;

@@ -1,10 +1,11 @@
 import type { ReadDoc, ReadStore } from '../../src/infra/readstore/port';
+import { ACCESS_REVOCATIONS_COLLECTION } from '../../src/projections/access-revocations';
 import { DEVICES_COLLECTION } from '../../src/projections/devices';
 import { SESSIONS_COLLECTION } from '../../src/projections/sessions';
 import { USERS_COLLECTION } from '../../src/projections/users';
 
 /** The read-model collections the service keeps (a rebuild report names them too). */
-export const READ_MODEL_COLLECTIONS: readonly string[] = [USERS_COLLECTION, SESSIONS_COLLECTION, DEVICES_COLLECTION];
+export const READ_MODEL_COLLECTIONS: readonly string[] = [USERS_COLLECTION, SESSIONS_COLLECTION, DEVICES_COLLECTION, ACCESS_REVOCATIONS_COLLECTION];
 
 export type Snapshot = Record<string, Array<{ doc: ReadDoc; guard: string | null }>>;
 

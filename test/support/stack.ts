@@ -17,8 +17,9 @@ export interface Stack {
   stop(): Promise<void>;
 }
 
-export async function startStack(): Promise<Stack> {
-  const [esdb, mongo, redis] = await Promise.all([startEsdbStandin(), startJongodb(), startPrivateRedis()]);
+/** `mongo: 'standalone'` for clients behind a proxy (see startJongodb). */
+export async function startStack(options: { readonly mongo?: 'replica-set' | 'standalone' } = {}): Promise<Stack> {
+  const [esdb, mongo, redis] = await Promise.all([startEsdbStandin(), startJongodb(options.mongo === 'standalone' ? { replicaSet: false } : {}), startPrivateRedis()]);
   return {
     env: { EVENTSTORE_URL: esdb.url, MONGODB_URI: mongo.uri, REDIS_URL: redis.url },
     redis,

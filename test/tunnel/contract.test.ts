@@ -58,7 +58,7 @@ export type { Emit };
     expect(doc.asyncapi).toBe('3.0.0');
     expect(new Set(Object.values(doc.components.messages).map((m) => m.name))).toEqual(new Set(Object.values(contract.TUNNEL_EVENTS)));
     expect(doc.components.schemas.TunnelError.properties.code.enum).toEqual([...contract.TUNNEL_ERROR_CODES]);
-    expect(doc.components.schemas.DeviceStatus.required).toEqual(['deviceUuid', 'isOnline', 'lastSeenAt', 'tunnelConnected']);
+    expect(doc.components.schemas.DeviceStatus.required).toEqual(['deviceUuid', 'isOnline', 'lastSeenAt', 'tunnelConnected', 'tunnelSeq']);
   });
 
   describe('served with the API reference', () => {

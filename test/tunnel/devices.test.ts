@@ -30,20 +30,26 @@ describe('device:status', () => {
     const app = await on(viewer.accessToken);
     await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
     const first = await on(token);
-    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: true });
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: true, tunnelSeq: expect.any(Number) });
     first.close();
-    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: false });
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: false, tunnelSeq: expect.any(Number) });
 
     // Online by its heartbeats: a dropped tunnel socket does not make it offline (two meanings of "online" no more).
     const beat = await heartbeat(service, hub, token);
-    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false });
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false, tunnelSeq: expect.any(Number) });
     const device = await on(token);
-    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: true });
+    expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: true, tunnelSeq: expect.any(Number) });
     device.close();
     const dropped = await app.next<DeviceStatus>('device:status');
-    expect(dropped).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false });
+    expect(dropped).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false, tunnelSeq: expect.any(Number) });
     const rest = (await api(service, 'GET', `/devices/${hub.uuid}`, { token: viewer.accessToken })).body as { isOnline: boolean; lastSeenAt: string };
     expect({ isOnline: rest.isOnline, lastSeenAt: rest.lastSeenAt }).toEqual({ isOnline: dropped.isOnline, lastSeenAt: dropped.lastSeenAt });
+    // Ordered: every connection and every drop is newer than what came before; the heartbeat's status repeats the drop's order.
+    const seqs = app.all<DeviceStatus>('device:status').map((s) => s.tunnelSeq);
+    expect(seqs[1]).toBeGreaterThan(seqs[0] ?? Infinity);
+    expect(seqs[2]).toBe(seqs[1]);
+    expect(seqs[3]).toBeGreaterThan(seqs[2] ?? Infinity);
+    expect(seqs[4]).toBe((seqs[3] ?? 0) + 1);
   });
 });
 

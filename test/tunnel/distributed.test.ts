@@ -65,13 +65,13 @@ test('device:status reaches subscribers on the other process: socket connect and
   await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
 
   const device = await on(b(), token);
-  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: true });
+  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: false, lastSeenAt: null, tunnelConnected: true, tunnelSeq: expect.any(Number) });
 
   // A heartbeat through process B: DeviceWentOnline, seen by process A's own subscription, which knows the socket is on B.
   const beat = await heartbeat(b(), hub, token);
-  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: true });
+  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: true, tunnelSeq: expect.any(Number) });
   device.close();
-  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false });
+  expect(await app.next<DeviceStatus>('device:status')).toEqual({ deviceUuid: hub.uuid, isOnline: true, lastSeenAt: beat.lastSeenAt, tunnelConnected: false, tunnelSeq: expect.any(Number) });
   expect(app.all('device:status')).toHaveLength(3);
 }, 30_000);
 

@@ -1,6 +1,6 @@
 import { constants, promises as fs } from 'node:fs';
 import { join } from 'node:path';
-import { assertCredentialKey, assertHash, type CredentialStore } from './port';
+import { assertCredentialKey, assertHash, type CredentialStore, type StoredDataKey } from './port';
 
 /**
  * The embedded credential store: one JSON line per stored hash, appended to
@@ -13,11 +13,20 @@ import { assertCredentialKey, assertHash, type CredentialStore } from './port';
  */
 export const CREDENTIALS_FILE = 'credentials.jsonl';
 
-interface Line {
+interface HashLine {
   readonly u: string;
   readonly v: number;
   readonly h: string;
 }
+
+/** A data key: subject, key id, wrapped key. */
+interface KeyLine {
+  readonly k: string;
+  readonly i: string;
+  readonly w: string;
+}
+
+type Line = HashLine | KeyLine;
 
 export class CorruptCredentialFileError extends Error {
   constructor(file: string, lineNumber: number) {
@@ -30,7 +39,8 @@ function parseLine(text: string): Line | null {
   try {
     const value: unknown = JSON.parse(text);
     if (typeof value !== 'object' || value === null) return null;
-    const { u, v, h } = value as Record<string, unknown>;
+    const { u, v, h, k, i, w } = value as Record<string, unknown>;
+    if (typeof k === 'string' && typeof i === 'string' && typeof w === 'string') return { k, i, w };
     if (typeof u !== 'string' || typeof v !== 'number' || typeof h !== 'string') return null;
     return { u, v, h };
   } catch {
@@ -44,6 +54,7 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
   await fs.mkdir(dataDir, { recursive: true, mode: 0o700 });
   const file = join(dataDir, CREDENTIALS_FILE);
   const hashes = new Map<string, string>();
+  const dataKeys = new Map<string, StoredDataKey>();
 
   let created = false;
   let handle: fs.FileHandle;
@@ -75,7 +86,8 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
           if (lines.slice(i + 1).some((rest) => parseLine(rest) !== null)) throw new CorruptCredentialFileError(file, i + 1);
           break;
         }
-        hashes.set(key(line.u, line.v), line.h);
+        if ('k' in line) dataKeys.set(line.k, { id: line.i, wrapped: line.w });
+        else hashes.set(key(line.u, line.v), line.h);
         // A complete line whose newline was torn off is kept; the next write starts a new line.
         needsNewline = isLast;
       }
@@ -106,13 +118,93 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
     throw error;
   }
 
-  const opened = handle;
+  let opened = handle;
   let end = size;
   let closed = false;
   // Appends run one after the other, each acknowledged after its sync.
   let tail: Promise<unknown> = Promise.resolve();
 
+  const appendLine = (line: Line, onDurable: () => void): Promise<void> => {
+    if (closed) return Promise.reject(new Error('credential store is closed'));
+    const bytes = Buffer.from(`${JSON.stringify(line)}\n`, 'utf8');
+    const write = tail.then(async () => {
+      try {
+        let written = 0;
+        while (written < bytes.length) {
+          const { bytesWritten } = await opened.write(bytes, written, bytes.length - written, end + written);
+          written += bytesWritten;
+        }
+        await opened.datasync();
+      } catch (error) {
+        // Leave no partial line behind for the next append to follow.
+        await opened.truncate(end).catch(() => undefined);
+        throw error;
+      }
+      end += bytes.length;
+      onDurable();
+    });
+    tail = write.catch(() => undefined);
+    return write;
+  };
+
+  /** Writes what is kept to a new file and renames it over the old one: the removed lines are in no file. */
+  const rewrite = async (): Promise<void> => {
+    const lines: string[] = [];
+    for (const [k, h] of hashes) {
+      const [u, v] = k.split('\u0000') as [string, string];
+      lines.push(JSON.stringify({ u, v: Number(v), h }));
+    }
+    for (const [subject, stored] of dataKeys) lines.push(JSON.stringify({ k: subject, i: stored.id, w: stored.wrapped }));
+    const bytes = Buffer.from(lines.length > 0 ? `${lines.join('\n')}\n` : '', 'utf8');
+    const temporary = `${file}.tmp`;
+    const out = await fs.open(temporary, 'w', 0o600);
+    try {
+      await out.chmod(0o600);
+      await out.writeFile(bytes);
+      await out.sync();
+    } finally {
+      await out.close();
+    }
+    await fs.rename(temporary, file);
+    const dir = await fs.open(dataDir, 'r');
+    try {
+      await dir.sync();
+    } finally {
+      await dir.close();
+    }
+    await opened.close();
+    opened = await fs.open(file, 'r+');
+    end = bytes.length;
+  };
+
   return {
+    getDataKey(subject) {
+      return Promise.resolve(dataKeys.get(subject) ?? null);
+    },
+    async putDataKey(subject, stored) {
+      const known = dataKeys.get(subject);
+      if (known !== undefined) return known;
+      // Appends run in order: a second put for the subject queued behind this one finds it kept.
+      let kept: StoredDataKey = stored;
+      await appendLine({ k: subject, i: stored.id, w: stored.wrapped }, () => {
+        const existing = dataKeys.get(subject);
+        if (existing !== undefined) kept = existing;
+        else dataKeys.set(subject, stored);
+      });
+      return kept;
+    },
+    forget({ userId, dataKeySubjects }) {
+      if (closed) return Promise.reject(new Error('credential store is closed'));
+      const work = tail.then(async () => {
+        if (userId !== undefined) {
+          for (const k of [...hashes.keys()]) if (k.startsWith(`${userId}\u0000`)) hashes.delete(k);
+        }
+        for (const subject of dataKeySubjects) dataKeys.delete(subject);
+        await rewrite();
+      });
+      tail = work.catch(() => undefined);
+      return work;
+    },
     put(userId, passwordVersion, hash) {
       try {
         assertCredentialKey(userId, passwordVersion);
@@ -120,26 +212,7 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
       } catch (error) {
         return Promise.reject(error);
       }
-      if (closed) return Promise.reject(new Error('credential store is closed'));
-      const bytes = Buffer.from(`${JSON.stringify({ u: userId, v: passwordVersion, h: hash })}\n`, 'utf8');
-      const write = tail.then(async () => {
-        try {
-          let written = 0;
-          while (written < bytes.length) {
-            const { bytesWritten } = await opened.write(bytes, written, bytes.length - written, end + written);
-            written += bytesWritten;
-          }
-          await opened.datasync();
-        } catch (error) {
-          // Leave no partial line behind for the next append to follow.
-          await opened.truncate(end).catch(() => undefined);
-          throw error;
-        }
-        end += bytes.length;
-        hashes.set(key(userId, passwordVersion), hash);
-      });
-      tail = write.catch(() => undefined);
-      return write;
+      return appendLine({ u: userId, v: passwordVersion, h: hash }, () => hashes.set(key(userId, passwordVersion), hash));
     },
     async get(userId, passwordVersion) {
       assertCredentialKey(userId, passwordVersion);

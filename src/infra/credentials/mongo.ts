@@ -1,6 +1,6 @@
 import type { Collection } from 'mongodb';
 import { connectMongo } from '../mongo';
-import { assertCredentialKey, assertHash, type CredentialStore } from './port';
+import { assertCredentialKey, assertHash, type CredentialStore, type StoredDataKey } from './port';
 
 /**
  * The distributed credential store: the MongoDB collection `credentials`, one document per
@@ -17,6 +17,14 @@ interface CredentialDoc {
   storedAt: Date;
 }
 
+/** A data key (src/privacy/keyring.ts): `_id` = `key:<subject>`. */
+interface DataKeyDoc {
+  _id: string;
+  keyId: string;
+  wrapped: string;
+  storedAt: Date;
+}
+
 /** Majority write concern: an acknowledged hash survives a primary failover. */
 const WRITE_CONCERN = { w: 'majority', journal: true } as const;
 
@@ -26,9 +34,33 @@ export async function openMongoCredentialStore(
 ): Promise<CredentialStore> {
   const { client, db } = await connectMongo(uri, options.dbName);
   const collection: Collection<CredentialDoc> = db.collection<CredentialDoc>(options.collectionName ?? CREDENTIALS_COLLECTION);
+  const dataKeys: Collection<DataKeyDoc> = db.collection<DataKeyDoc>(options.collectionName ?? CREDENTIALS_COLLECTION);
   let closed = false;
+  const asStored = (doc: DataKeyDoc | null): StoredDataKey | null =>
+    doc !== null && typeof doc.keyId === 'string' && typeof doc.wrapped === 'string' ? { id: doc.keyId, wrapped: doc.wrapped } : null;
 
   return {
+    async getDataKey(subject) {
+      return asStored(await dataKeys.findOne({ _id: `key:${subject}` }));
+    },
+    async putDataKey(subject, stored) {
+      try {
+        await dataKeys.insertOne({ _id: `key:${subject}`, keyId: stored.id, wrapped: stored.wrapped, storedAt: new Date() }, { writeConcern: WRITE_CONCERN });
+        return stored;
+      } catch (error) {
+        // Another process stored the subject's key first: that one is the key.
+        if ((error as { code?: unknown }).code !== 11000) throw error;
+        const kept = asStored(await dataKeys.findOne({ _id: `key:${subject}` }));
+        if (kept === null) throw error;
+        return kept;
+      }
+    },
+    async forget({ userId, dataKeySubjects }) {
+      if (userId !== undefined) await collection.deleteMany({ userId }, { writeConcern: WRITE_CONCERN });
+      if (dataKeySubjects.length > 0) {
+        await dataKeys.deleteMany({ _id: { $in: dataKeySubjects.map((s) => `key:${s}`) } }, { writeConcern: WRITE_CONCERN });
+      }
+    },
     async put(userId, passwordVersion, hash) {
       assertCredentialKey(userId, passwordVersion);
       assertHash(hash);

@@ -13,6 +13,19 @@ export interface CredentialStore {
   put(userId: string, passwordVersion: number, hash: string): Promise<void>;
   /** The hash stored for that version, or null. */
   get(userId: string, passwordVersion: number): Promise<string | null>;
+  /**
+   * The data key of a subject (src/privacy/keyring.ts), wrapped by the key-encryption key,
+   * or null. Data keys live here, not in the event log, so that erasing one erases every
+   * event sealed under it (crypto-shredding, decisions §11).
+   */
+  getDataKey(subject: string): Promise<StoredDataKey | null>;
+  /** Stores a subject's data key unless it has one; resolves, once durable, with the one kept. */
+  putDataKey(subject: string, key: StoredDataKey): Promise<StoredDataKey>;
+  /**
+   * Removes the password hashes of `userId` (when given) and the data keys of `subjects`,
+   * leaving no copy in the store's own files (embedded: the file is rewritten).
+   */
+  forget(what: { readonly userId?: string; readonly dataKeySubjects: readonly string[] }): Promise<void>;
   /** Answers when the store is reachable; throws otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;
@@ -27,4 +40,11 @@ export function assertCredentialKey(userId: unknown, passwordVersion: unknown): 
 
 export function assertHash(hash: unknown): asserts hash is string {
   if (typeof hash !== 'string' || hash.length === 0) throw new TypeError('hash must be a non-empty string');
+}
+
+/** A data key as stored: `id` names this key of the subject (a new key gets a new id). */
+export interface StoredDataKey {
+  readonly id: string;
+  /** AES-256-GCM of the key under the key-encryption key, base64url. */
+  readonly wrapped: string;
 }

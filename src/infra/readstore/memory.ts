@@ -11,7 +11,7 @@ import {
   type UniqueIndex,
 } from './equality-index';
 import { frozenCopy } from './frozen-copy';
-import type { DocChange, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, SortKey, Where } from './port';
+import type { CheckpointGuard, DocChange, GuardedDoc, Query, ReadCollection, ReadDoc, ReadStore, SortKey, Where } from './port';
 import { compareStrings, compileWhere, matchesAll, parseQuery, parseSort, type CompiledWhere, type ParsedSortKey, type Stored } from './query';
 import { sortDocuments } from './sort';
 import { createCompoundIndex, pageFrom, sortedPlan, type CompoundIndex } from './sorted-plan';
@@ -55,6 +55,7 @@ export interface MemoryReadStore extends ReadStore {
 export function createMemoryReadStore(initial?: MemoryStoreState): MemoryReadStore {
   const collections = new Map<string, MemoryCollection>();
   const checkpoints = new Map<string, string>();
+  const checkpointGuards = new Map<string, CheckpointGuard>();
   let closed = false;
   if (initial !== undefined) {
     for (const [name, value] of Object.entries(initial.checkpoints)) checkpoints.set(name, value);
@@ -90,6 +91,17 @@ export function createMemoryReadStore(initial?: MemoryStoreState): MemoryReadSto
       assertName(name, 'checkpoint name');
       if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
       checkpoints.set(name, value);
+      checkpointGuards.delete(name);
+    },
+    async advanceCheckpoint(name, value, guard) {
+      assertName(name, 'checkpoint name');
+      if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
+      const stored = checkpointGuards.get(name);
+      if (stored !== undefined && stored.epoch > guard.epoch) return 'fenced';
+      if (stored !== undefined && compareStrings(stored.order, guard.order) > 0) return 'behind';
+      checkpoints.set(name, value);
+      checkpointGuards.set(name, { epoch: guard.epoch, order: guard.order });
+      return 'written';
     },
     async ping() {
       if (closed) throw new Error('memory read store is closed');
@@ -107,6 +119,8 @@ interface Entry {
 
 class MemoryCollection implements ReadCollection<Stored> {
   private readonly entries = new Map<string, Entry>();
+  /** Guards of removed documents (not part of a snapshot: embedded mode has one projector, which never replays behind its checkpoint). */
+  private readonly tombstones = new Map<string, string>();
   private readonly equalityIndexes = new Map<string, EqualityIndex>();
   private readonly uniqueIndexes = new Map<string, UniqueIndex>();
   private readonly compoundIndexes: CompoundIndex[] = [];
@@ -164,10 +178,13 @@ class MemoryCollection implements ReadCollection<Stored> {
     assertGuard(guard);
     const previous = this.entries.get(doc.id);
     if (previous !== undefined && compareStrings(previous.guard, guard) >= 0) return false;
+    const tombstone = this.tombstones.get(doc.id);
+    if (tombstone !== undefined && compareStrings(tombstone, guard) >= 0) return false;
     const stored = frozenCopy(doc, 'document') as Stored;
     const uniqueKeys = checkUnique(this.uniqueIndexes.values(), stored);
     if (previous !== undefined) this.unindex(previous.doc, stored);
     this.entries.set(stored.id, { doc: stored, guard });
+    this.tombstones.delete(stored.id);
     this.index(stored, uniqueKeys, previous?.doc);
     return true;
   }
@@ -176,8 +193,14 @@ class MemoryCollection implements ReadCollection<Stored> {
     assertId(id);
     assertGuard(guard);
     const previous = this.entries.get(id);
-    if (previous === undefined || compareStrings(previous.guard, guard) >= 0) return false;
+    if (previous === undefined) {
+      const tombstone = this.tombstones.get(id);
+      if (tombstone === undefined || compareStrings(tombstone, guard) < 0) this.tombstones.set(id, guard);
+      return false;
+    }
+    if (compareStrings(previous.guard, guard) >= 0) return false;
     this.entries.delete(id);
+    this.tombstones.set(id, guard);
     this.unindex(previous.doc);
     return true;
   }
@@ -233,6 +256,7 @@ class MemoryCollection implements ReadCollection<Stored> {
 
   async clear(): Promise<void> {
     this.entries.clear();
+    this.tombstones.clear();
     for (const { index } of this.compoundIndexes) index.clear();
     for (const index of this.equalityIndexes.values()) {
       index.buckets.clear();

@@ -43,13 +43,37 @@ export async function createMongoReadStore(
     async setCheckpoint(name, value) {
       assertName(name, 'checkpoint name');
       if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
-      const write = (): Promise<unknown> => checkpoints.updateOne({ _id: name }, { $set: { value } }, { upsert: true });
+      const write = (): Promise<unknown> => checkpoints.updateOne({ _id: name }, { $set: { value }, $unset: { epoch: '', order: '' } }, { upsert: true });
       try {
         await write();
       } catch (error) {
         // Two first writes raced on the upsert: the document exists now, so the update applies.
         if (!isDuplicateKey(error)) throw error;
         await write();
+      }
+    },
+    async advanceCheckpoint(name, value, guard) {
+      assertName(name, 'checkpoint name');
+      if (typeof value !== 'string') throw new TypeError('checkpoint value must be a string');
+      if (!Number.isSafeInteger(guard.epoch) || guard.epoch < 0 || typeof guard.order !== 'string') throw new TypeError('invalid checkpoint guard');
+      const fields = { value, epoch: guard.epoch, order: guard.order };
+      for (let attempt = 1; ; attempt++) {
+        // Only over an older or equal epoch and an earlier or equal position.
+        const result = await checkpoints.updateOne({ _id: name, epoch: { $lte: guard.epoch }, order: { $lte: guard.order } }, { $set: fields });
+        if (result.matchedCount === 1) return 'written';
+        const stored = await checkpoints.findOne({ _id: name });
+        if (stored !== null && typeof stored.epoch === 'number' && typeof stored.order === 'string') {
+          return stored.epoch > guard.epoch ? 'fenced' : 'behind';
+        }
+        if (attempt >= PUT_ATTEMPTS) throw new Error(`checkpoint "${name}" kept changing under a guarded write`);
+        try {
+          // None yet, or one written without a guard (by a rebuild or an earlier version): replaced only as it was read.
+          if (stored === null) await checkpoints.insertOne({ _id: name, ...fields });
+          else if ((await checkpoints.updateOne({ _id: name, value: stored.value }, { $set: fields })).matchedCount === 0) continue;
+          return 'written';
+        } catch (error) {
+          if (!isDuplicateKey(error)) throw error;
+        }
       }
     },
     async ping() {
@@ -65,12 +89,18 @@ export async function createMongoReadStore(
 
 const CHECKPOINTS = 'checkpoints';
 const GUARD = '_guard';
+/** A removed document's tombstone: `{_id, _deleted: true, _guard}`, seen by no read. */
+const DELETED = '_deleted';
+const LIVE: Filter<MongoDoc> = { [DELETED]: { $ne: true } };
 /** Guarded writes retried after losing an upsert race to a write with a lower guard. */
 const PUT_ATTEMPTS = 5;
 
 interface CheckpointDoc {
   _id: string;
   value: string;
+  /** Written by a guarded write (advanceCheckpoint): the lease epoch and the position's order. */
+  epoch?: number;
+  order?: string;
 }
 
 type Stored = Readonly<Record<string, unknown>> & ReadDoc;
@@ -85,7 +115,7 @@ function checkedDocument(doc: Stored, guard: string): { id: string; fields: Omit
   assertId(doc.id, 'document id');
   assertGuard(guard);
   const { id, ...fields } = doc;
-  for (const reserved of ['_id', GUARD]) {
+  for (const reserved of ['_id', GUARD, DELETED]) {
     if (Object.prototype.hasOwnProperty.call(fields, reserved)) throw new TypeError(`document field "${reserved}" is reserved`);
   }
   return { id, fields };
@@ -96,13 +126,13 @@ class MongoReadCollection implements ReadCollection<Stored> {
 
   async get(id: string): Promise<Stored | null> {
     assertId(id);
-    const doc = await this.collection.findOne(byId(id));
+    const doc = await this.collection.findOne({ ...byId(id), ...LIVE });
     return doc === null ? null : toReadDoc(doc);
   }
 
   async getGuard(id: string): Promise<string | null> {
     assertId(id);
-    const doc = await this.collection.findOne(byId(id));
+    const doc = await this.collection.findOne({ ...byId(id), ...LIVE });
     const guard: unknown = doc?.[GUARD];
     return typeof guard === 'string' ? guard : null;
   }
@@ -111,7 +141,7 @@ class MongoReadCollection implements ReadCollection<Stored> {
     for (const id of ids) assertId(id);
     const found = new Map<string, GuardedDoc<Stored>>();
     if (ids.length === 0) return found;
-    for (const doc of await this.collection.find({ _id: { $in: [...ids] } }).toArray()) {
+    for (const doc of await this.collection.find({ _id: { $in: [...ids] }, ...LIVE }).toArray()) {
       const guard: unknown = doc[GUARD];
       found.set(String(doc._id), { doc: toReadDoc(doc), guard: typeof guard === 'string' ? guard : '' });
     }
@@ -129,7 +159,7 @@ class MongoReadCollection implements ReadCollection<Stored> {
       if (change.kind === 'remove') {
         assertId(change.id);
         assertGuard(change.guard);
-        return { deleteOne: { filter: { ...byId(change.id), [GUARD]: { $lt: change.guard } } } };
+        return { replaceOne: { filter: { ...byId(change.id), [GUARD]: { $lt: change.guard } }, replacement: tombstone(change.guard), upsert: true } };
       }
       const { id, fields } = checkedDocument(change.doc, change.guard);
       const filter = { ...byId(id), [GUARD]: { $lt: change.guard } };
@@ -154,7 +184,7 @@ class MongoReadCollection implements ReadCollection<Stored> {
     const limit = query.limit === undefined ? undefined : assertCount(query.limit, 'limit');
     // MongoDB reads limit 0 as "no limit".
     if (limit === 0) return [];
-    let cursor = this.collection.find(filter).sort(sort);
+    let cursor = this.collection.find({ ...filter, ...LIVE }).sort(sort);
     if (skip > 0) cursor = cursor.skip(skip);
     if (limit !== undefined) cursor = cursor.limit(limit);
     const docs = await cursor.toArray();
@@ -162,7 +192,7 @@ class MongoReadCollection implements ReadCollection<Stored> {
   }
 
   async count(where?: Where): Promise<number> {
-    return this.collection.countDocuments(toFilter(where));
+    return this.collection.countDocuments({ ...toFilter(where), ...LIVE });
   }
 
   async put(doc: Stored, guard: string): Promise<boolean> {
@@ -187,8 +217,17 @@ class MongoReadCollection implements ReadCollection<Stored> {
   async remove(id: string, guard: string): Promise<boolean> {
     assertId(id);
     assertGuard(guard);
-    const result = await this.collection.deleteOne({ ...byId(id), [GUARD]: { $lt: guard } });
-    return result.deletedCount === 1;
+    const filter = { ...byId(id), [GUARD]: { $lt: guard } };
+    const deleted = await this.collection.replaceOne({ ...filter, ...LIVE }, tombstone(guard));
+    if (deleted.matchedCount === 1) return true;
+    try {
+      // Missing, or a tombstone already: the tombstone's guard moves up to this one.
+      await this.collection.replaceOne(filter, tombstone(guard), { upsert: true });
+    } catch (error) {
+      // Stored with a guard at least as high: nothing to do.
+      if (!isDuplicateKey(error)) throw error;
+    }
+    return false;
   }
 
   async load(entries: ReadonlyArray<{ readonly doc: Stored; readonly guard: string }>): Promise<void> {
@@ -215,6 +254,10 @@ class MongoReadCollection implements ReadCollection<Stored> {
 /** `id` is checked to be a string first, so it cannot carry an operator; a bare value lets an upsert take it as `_id`. */
 function byId(id: string): Filter<MongoDoc> {
   return { _id: id };
+}
+
+function tombstone(guard: string): Document {
+  return { [DELETED]: true, [GUARD]: guard };
 }
 
 function toReadDoc(doc: MongoDoc): Stored {
@@ -280,7 +323,7 @@ function toPath(field: string): string {
   if (field === 'id') return '_id';
   const segments = field.split('.');
   const first = segments[0];
-  if (first === '_id' || first === GUARD) throw new TypeError(`field "${field}" is reserved`);
+  if (first === '_id' || first === GUARD || first === DELETED) throw new TypeError(`field "${field}" is reserved`);
   for (const segment of segments) {
     if (segment.length === 0 || segment.startsWith('$') || segment.includes('\u0000')) throw new TypeError(`invalid field name "${field}"`);
   }

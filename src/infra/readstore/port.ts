@@ -63,7 +63,12 @@ export interface ReadCollection<T extends ReadDoc> {
    * guard is lower than `guard` (string comparison). Returns whether it was written.
    */
   put(doc: T, guard: string): Promise<boolean>;
-  /** Deletes the document when its stored guard is lower than `guard`. Returns whether it was deleted. */
+  /**
+   * Deletes the document when its stored guard is lower than `guard`, and leaves a tombstone
+   * with `guard` (none of the reads sees it): a `put` with a guard up to it is refused, so a
+   * projector that replays older events (one that lost its lease) cannot bring the document
+   * back. A tombstone is left for a missing document too. Returns whether a document was deleted.
+   */
   remove(id: string, guard: string): Promise<boolean>;
   /**
    * Bulk-inserts documents, each with its guard, as a rebuild fills a fresh collection.
@@ -76,10 +81,30 @@ export interface ReadCollection<T extends ReadDoc> {
   clear(): Promise<void>;
 }
 
+/**
+ * What a projector writes its checkpoint under: `epoch`, the fencing token of the projector
+ * lease it holds (grows with every acquisition; 0 where there is no lease), and `order`, the
+ * position as a string that compares like it (so the checkpoint never goes backwards).
+ */
+export interface CheckpointGuard {
+  readonly epoch: number;
+  readonly order: string;
+}
+
+/** `written`; `behind`: a checkpoint further on is stored (under this epoch or an older one); `fenced`: a newer epoch wrote it. */
+export type CheckpointWrite = 'written' | 'behind' | 'fenced';
+
 export interface ReadStore {
   collection<T extends ReadDoc>(name: string): ReadCollection<T>;
   getCheckpoint(name: string): Promise<string | null>;
+  /** Writes the checkpoint as it is (a rebuild filling a fresh store). */
   setCheckpoint(name: string, value: string): Promise<void>;
+  /**
+   * Writes the checkpoint only when no newer epoch and no later position is stored: a
+   * projector that lost its lease (and whose write arrives late) can neither move the
+   * checkpoint back nor write over its successor's.
+   */
+  advanceCheckpoint(name: string, value: string, guard: CheckpointGuard): Promise<CheckpointWrite>;
   /** Answers when the store is reachable; throws otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;

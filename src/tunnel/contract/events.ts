@@ -133,12 +133,20 @@ export interface MessageAck {
  * socket connects or drops. `isOnline` and `lastSeenAt` are the heartbeat presence, exactly
  * as `GET /devices/:id` shows it; `tunnelConnected` says whether the device's tunnel socket
  * is connected, on any process (decisions §5).
+ *
+ * `tunnelSeq` orders what statuses of one device say about `tunnelConnected`, across
+ * processes: it grows with every connection of the device's socket and with its drop. A
+ * status whose `tunnelSeq` is lower than the highest one already seen for the device carries
+ * an older `tunnelConnected` (say a late "dropped" from the process that held an earlier
+ * socket): keep the newer `tunnelConnected`. Its `isOnline` and `lastSeenAt` are current
+ * either way. Equal values say the same about the socket.
  */
 export interface DeviceStatus {
   readonly deviceUuid: string;
   readonly isOnline: boolean;
   readonly lastSeenAt: string | null;
   readonly tunnelConnected: boolean;
+  readonly tunnelSeq: number;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@
  * global positions (compact records carry them), hence their order and every checkpoint,
  * revision and audit reference that names them.
  */
-import * as fs from 'node:fs/promises';
-import { syncDirectory, writeFully } from './files';
+import { writeFully } from './files';
+import type { StoreFile, StoreIo } from './io';
 import {
   decodeEvent,
   encodeRecord,
@@ -82,7 +82,7 @@ class ChunkedFileWriter {
   private buffered = 0;
   private written = 0;
 
-  constructor(private readonly handle: fs.FileHandle) {}
+  constructor(private readonly handle: StoreFile) {}
 
   async add(bytes: Buffer): Promise<void> {
     this.parts.push(bytes);
@@ -142,28 +142,45 @@ export async function compactSegment(
   segment: Segment,
   rules: ReadonlyMap<string, ReclaimRule>,
   hook: CompactionHook,
+  io: StoreIo,
 ): Promise<CompactedSegment | null> {
   const header = { base: segment.base, generation: segment.generation + 1 };
   const temporary = `${segment.file}${COMPACTION_SUFFIX}`;
-  const handle = await fs.open(temporary, 'w', 0o600);
   let filtered: Filtered;
   try {
-    filtered = await filterRecords(segment, rules, new ChunkedFileWriter(handle));
-    if (filtered.eventsReclaimed > 0) {
-      await hook('temporary-written', segment.file);
-      await handle.datasync();
+    // From the rename on, the name holds the copy: the segment must read through its own file.
+    await segment.pin();
+    const handle = await io.open(temporary, 'w');
+    try {
+      filtered = await filterRecords(segment, rules, new ChunkedFileWriter(handle));
+      if (filtered.eventsReclaimed > 0) {
+        await hook('temporary-written', segment.file);
+        await handle.datasync();
+      }
+    } finally {
+      await handle.close();
     }
-  } finally {
-    await handle.close();
+    if (filtered.eventsReclaimed > 0) await hook('temporary-synced', segment.file);
+  } catch (error) {
+    // A failed compaction leaves nothing behind; the segment is untouched.
+    segment.unpin();
+    await io.unlink(temporary).catch(() => undefined);
+    throw error;
   }
   if (filtered.eventsReclaimed === 0) {
-    await fs.rm(temporary, { force: true });
+    segment.unpin();
+    await io.unlink(temporary);
     return null;
   }
-  await hook('temporary-synced', segment.file);
-  await fs.rename(temporary, segment.file);
+  try {
+    await io.rename(temporary, segment.file);
+  } catch (error) {
+    segment.unpin();
+    await io.unlink(temporary).catch(() => undefined);
+    throw error;
+  }
   await hook('renamed', segment.file);
-  await syncDirectory(segment.directory);
+  await io.syncDirectory(segment.directory);
   await hook('directory-synced', segment.file);
   return {
     header,

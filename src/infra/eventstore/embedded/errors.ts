@@ -27,3 +27,18 @@ export class EventStoreLockedError extends Error {
     this.name = 'EventStoreLockedError';
   }
 }
+
+/**
+ * Appends are refused for now: a write or its fsync failed (ENOSPC, EIO), or the store was
+ * opened read-only (a full disk at start). Reads are still served, and appends resume by
+ * themselves once a write succeeds again. Transient: the API answers 503.
+ */
+export class EventStoreUnavailableError extends Error {
+  readonly statusCode = 503;
+  readonly transient = true;
+
+  constructor(options?: { cause?: unknown }) {
+    super('Event store unavailable: writes failed; reads are served', options);
+    this.name = 'EventStoreUnavailableError';
+  }
+}

@@ -1,8 +1,8 @@
-import * as fs from 'node:fs/promises';
+import type { StoreFile } from './io';
 
 /** Small file helpers shared by the log, its segment indexes and compaction. */
 
-export async function readFully(handle: fs.FileHandle, offset: number, length: number): Promise<Buffer> {
+export async function readFully(handle: StoreFile, offset: number, length: number): Promise<Buffer> {
   const buffer = Buffer.allocUnsafe(length);
   let filled = 0;
   while (filled < length) {
@@ -13,21 +13,11 @@ export async function readFully(handle: fs.FileHandle, offset: number, length: n
   return filled === length ? buffer : buffer.subarray(0, filled);
 }
 
-export async function writeFully(handle: fs.FileHandle, bytes: Buffer, offset: number): Promise<void> {
+export async function writeFully(handle: StoreFile, bytes: Buffer, offset: number): Promise<void> {
   let written = 0;
   while (written < bytes.length) {
     const result = await handle.write(bytes, written, bytes.length - written, offset + written);
     written += result.bytesWritten;
-  }
-}
-
-/** Makes created, renamed or removed directory entries durable. */
-export async function syncDirectory(directory: string): Promise<void> {
-  const handle = await fs.open(directory, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
   }
 }
 

@@ -40,7 +40,6 @@
  * disk, sharing fsyncs. Batches of some thousands of appends per call work well. To make
  * reclamation see that history as old, open the store with a `now` clock of your choice.
  */
-import * as fs from 'node:fs/promises';
 import * as path from 'node:path';
 import { acquireLock } from './lock';
 import { resolveOptions, type EmbeddedEventStoreOptions } from './options';
@@ -48,7 +47,7 @@ import { EmbeddedEventStore } from './reclamation';
 import { openLog, type TornTail } from './recovery';
 import { HandlePool, LEGACY_LOG_FILE_NAME } from './segment';
 
-export { CorruptEventLogError, EventStoreLockedError, LOCK_FILE_NAME } from './errors';
+export { CorruptEventLogError, EventStoreLockedError, EventStoreUnavailableError, LOCK_FILE_NAME } from './errors';
 export { crc32Portable } from './crc32';
 export type { CompactionHook, CompactionStep } from './compaction';
 export type { EmbeddedEventStoreOptions, GroupCommit } from './options';
@@ -70,17 +69,18 @@ function warnTornTail(directory: string): (tail: TornTail) => void {
 
 export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedEventStoreOptions = {}): Promise<EmbeddedEventStore> {
   const directory = path.resolve(dataDir);
-  await fs.mkdir(directory, { recursive: true, mode: 0o700 });
   const resolved = resolveOptions(options);
+  await resolved.io.mkdir(directory);
   let opened: EmbeddedEventStore | null = null;
-  const releaseLock = await acquireLock(directory, (error) => {
+  const releaseLock = await (options.lock ?? acquireLock)(directory, (error) => {
     resolved.log(error.message);
     opened?.stopWritingAfterLockLost(error);
   });
   try {
-    const pool = new HandlePool();
-    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes });
+    const pool = new HandlePool(resolved.io);
+    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes, io: resolved.io });
     opened = new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
+    if (log.readOnly !== null) opened.openedReadOnly(log.readOnly);
     return opened;
   } catch (error) {
     await releaseLock();

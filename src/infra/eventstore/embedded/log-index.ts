@@ -7,6 +7,9 @@ import { CorruptEventLogError } from './errors';
 import { PositionList } from './position-list';
 import type { SegmentTable } from './segment-table';
 
+/** Streams whose expired events reclamation removes (reclamation.ts). */
+const RECLAIMED_STREAM_PREFIX = 'heartbeat-';
+
 export interface StreamIndex {
   /** Revision of positions[0]: above 0 once compaction reclaimed the stream's oldest events. */
   firstRevision: number;
@@ -74,6 +77,14 @@ export class LogIndex {
   private startStreamAt(table: SegmentTable, stream: StreamIndex, i: number, file: string): void {
     const revision = table.revisions[i] as number;
     const expected = stream.firstRevision + stream.positions.length;
+    if (stream.positions.length > 0 && revision > expected && (table.names[table.refs[i] as number] ?? '').startsWith(RECLAIMED_STREAM_PREFIX)) {
+      // A heartbeat stream cut in the middle by reclamation of earlier versions: what
+      // comes before the gap is older still, hence expired too; it is dropped, so that
+      // such a log opens again.
+      stream.positions.dropFirst(stream.positions.length);
+      stream.firstRevision = revision;
+      return;
+    }
     if (stream.positions.length > 0 || revision < expected) {
       const name = table.names[table.refs[i] as number] ?? '?';
       const offset = table.fileOffsets[i] ?? table.positionAt(i) - table.base;

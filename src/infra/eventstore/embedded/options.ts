@@ -1,5 +1,6 @@
 import type { CompactionHook } from './compaction';
 import type { TornTail } from './recovery';
+import { nodeIo, type StoreIo } from './io';
 
 export interface GroupCommit {
   readonly appends: number;
@@ -22,6 +23,14 @@ export interface EmbeddedEventStoreOptions {
   readonly reclaimIntervalMs?: number;
   /** Called after each step of a compaction (tests simulate crashes there). */
   readonly compactionHook?: CompactionHook;
+  /** The file I/O under the engine (default node:fs); the fault simulation swaps in its own. */
+  readonly io?: StoreIo;
+  /**
+   * How the data directory is held against other processes: resolves to its release
+   * (default: the lock file of lock.ts, on the real file system). The simulation, whose
+   * files live in memory, passes its own.
+   */
+  readonly lock?: (directory: string, onLost: (error: Error) => void) => Promise<() => Promise<void>>;
 }
 
 export interface ResolvedOptions {
@@ -31,6 +40,7 @@ export interface ResolvedOptions {
   readonly segmentBytes: number;
   readonly reclaimIntervalMs: number;
   readonly compactionHook: CompactionHook;
+  readonly io: StoreIo;
 }
 
 export const DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024;
@@ -44,5 +54,6 @@ export function resolveOptions(options: EmbeddedEventStoreOptions): ResolvedOpti
     segmentBytes: options.segmentBytes ?? DEFAULT_SEGMENT_BYTES,
     reclaimIntervalMs: options.reclaimIntervalMs ?? DEFAULT_RECLAIM_INTERVAL_MS,
     compactionHook: options.compactionHook ?? (() => undefined),
+    io: options.io ?? nodeIo,
   };
 }

@@ -3,6 +3,7 @@
  * serving what was just committed from memory, and stream reads with $maxAge applied.
  */
 import type { ReadStreamOptions, RecordedEvent } from '../port';
+import { CorruptEventLogError } from './errors';
 import type { LogIndex, StreamIndex } from './log-index';
 import type { RawRecord } from './record-format';
 import { readRecordAt, type ReadAt } from './record-cursor';
@@ -44,11 +45,16 @@ export class LogReader {
       const segment = this.segmentOf(position);
       const offset = segment?.fileOffsetOf(position) ?? null;
       if (segment === undefined || offset === null) return null;
+      let record: RawRecord;
       try {
-        return await readRecordAt(this.readerOf(segment), segment.base, offset, segment.size);
+        record = await readRecordAt(this.readerOf(segment), segment.base, offset, segment.size, segment.file);
       } catch (error) {
         if (!segment.retired) throw error;
+        continue;
       }
+      // The record found must be the one asked for: never hand out another one.
+      if (record.position === position) return record;
+      if (!segment.retired) throw new CorruptEventLogError(segment.file, offset, `the record there has position ${record.position}, not ${position}`);
     }
   }
 

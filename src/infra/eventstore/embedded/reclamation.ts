@@ -42,8 +42,12 @@ export function reclaimRules(index: LogIndex, now: number): Map<string, ReclaimR
  * alone. Per stream only the segments from its oldest event up to the first segment
  * written after its cutoff are looked at: a few per run once the log is in steady state.
  */
-export function segmentsToCompact(index: LogIndex, sealed: readonly Segment[], rules: ReadonlyMap<string, ReclaimRule>): Segment[] {
-  const chosen = new Set<Segment>();
+export function segmentsToCompact(index: LogIndex, sealed: readonly Segment[], rules: ReadonlyMap<string, ReclaimRule>): Array<{ segment: Segment; rules: Map<string, ReclaimRule> }> {
+  // Each segment gets the rules of exactly the streams whose walk chose it: a stream then
+  // loses events only in an unbroken run of its segments from its oldest, so always a
+  // prefix of its events (a rule applied in a later segment but not an earlier one would
+  // cut the stream in the middle).
+  const chosen = new Map<Segment, Map<string, ReclaimRule>>();
   for (const [name, rule] of rules) {
     const stream = index.streams.get(name);
     const first = stream?.positions.at(0);
@@ -51,13 +55,25 @@ export function segmentsToCompact(index: LogIndex, sealed: readonly Segment[], r
     if (stream === undefined || first === undefined || lastReclaimable === undefined || sealed.length === 0) continue;
     for (let i = segmentIndexAt(sealed, first); i < sealed.length; i++) {
       const segment = sealed[i] as Segment;
-      if (segment.base > lastReclaimable || segment.firstWrittenAt === null || segment.firstWrittenAt >= rule.cutoff) break;
-      if (chosen.has(segment) || segment.lastPosition === null) continue;
+      if (segment.base > lastReclaimable) break;
+      // An empty (fully reclaimed) segment says nothing about the ones after it.
+      if (segment.lastPosition === null || segment.firstWrittenAt === null) continue;
+      if (segment.firstWrittenAt >= rule.cutoff) break;
       const position = stream.positions.at(stream.positions.lowerBound(segment.base));
-      if (position !== undefined && position <= segment.lastPosition && position <= lastReclaimable) chosen.add(segment);
+      if (position === undefined || position > lastReclaimable) break;
+      if (position > segment.lastPosition) continue;
+      let segmentRules = chosen.get(segment);
+      if (segmentRules === undefined) {
+        segmentRules = new Map();
+        chosen.set(segment, segmentRules);
+      }
+      segmentRules.set(name, rule);
     }
   }
-  return sealed.filter((segment) => chosen.has(segment));
+  return sealed.flatMap((segment) => {
+    const segmentRules = chosen.get(segment);
+    return segmentRules === undefined ? [] : [{ segment, rules: segmentRules }];
+  });
 }
 
 export class EmbeddedEventStore extends EmbeddedStoreCore {
@@ -84,7 +100,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
 
   /** Another process holds the lock on the file `events.lock` names now (see lock.ts): no more writes from this one. */
   stopWritingAfterLockLost(error: Error): void {
-    this.failure ??= error;
+    this.lockLost ??= error;
   }
 
   /** Reclaims expired heartbeats from disk now (runs one at a time with the timer's runs). */
@@ -133,10 +149,12 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     const candidates = segmentsToCompact(this.index, this.segments.slice(0, -1), rules);
     let segmentsCompacted = 0;
     let eventsReclaimed = 0;
-    for (const segment of candidates) {
+    for (const { segment, rules: segmentRules } of candidates) {
       if (this.stopping) break;
+      // A compaction writes: after a failed write it first needs writes to work again.
+      if (this.failure !== null) await this.resumeWrites();
       this.assertWritable();
-      const compacted = await compactSegment(segment, rules, this.options.compactionHook);
+      const compacted = await compactSegment(segment, segmentRules, this.options.compactionHook, this.options.io);
       if (compacted === null) continue;
       await this.swapIn(segment, compacted);
       segmentsCompacted++;
@@ -154,7 +172,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     for (const [streamName, revision] of compacted.reclaimedThrough) this.index.reclaimThrough(streamName, revision);
     this.recent.forgetRange(old.base, old.base + old.size);
     await old.retire();
-    await writeSegmentIndex(segment.file, header, table, true);
+    await writeSegmentIndex(segment.file, header, table, true, this.options.io);
     await this.options.compactionHook('index-written', segment.file);
   }
 }

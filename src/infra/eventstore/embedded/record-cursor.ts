@@ -2,6 +2,7 @@
  * Sequential decoding of the records of one segment file, reading ahead in chunks so a
  * scan or a replay costs few system calls.
  */
+import { CorruptEventLogError } from './errors';
 import { decodeRecord, isRecordMarker, FLAG_FIRST_OF_BATCH, RECORD_PREFIX_SIZE, type DecodeResult, type RawRecord } from './record-format';
 
 /** Reads `length` bytes at a file offset (fewer at the end of the file). */
@@ -41,11 +42,12 @@ export class RecordCursor {
   }
 }
 
-export async function readRecordAt(readAt: ReadAt, segmentBase: number, offset: number, limit: number): Promise<RawRecord> {
+/** The record at `offset`; damage is refused naming the file and the byte. */
+export async function readRecordAt(readAt: ReadAt, segmentBase: number, offset: number, limit: number, file: string): Promise<RawRecord> {
   const cursor = new RecordCursor(readAt, segmentBase, limit, Math.min(POINT_READ_SIZE, limit - offset));
   const result = await cursor.decodeAt(offset);
   if (result.kind === 'ok') return result.record;
-  throw new Error(`Event log record at byte ${offset} is unreadable (${result.kind === 'invalid' ? result.reason : 'truncated'})`);
+  throw new CorruptEventLogError(file, offset, `record unreadable (${result.kind === 'invalid' ? result.reason : 'truncated'})`);
 }
 
 /** File offset of the first intact record after `from` that starts a group commit, or null. */

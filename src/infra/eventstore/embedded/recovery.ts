@@ -11,11 +11,11 @@
  * over temporary files of an interrupted compaction are removed: until its rename, the
  * original segment is intact.
  */
-import * as fs from 'node:fs/promises';
 import * as path from 'node:path';
 import { crc32 } from './crc32';
 import { CorruptEventLogError } from './errors';
-import { errorCode, readFully, syncDirectory, writeFully } from './files';
+import { errorCode, errorMessage, readFully, writeFully } from './files';
+import type { StoreFile, StoreIo } from './io';
 import { LogIndex } from './log-index';
 import { decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type SegmentHeader } from './record-format';
 import { locatorOf, Segment, segmentBaseOfName, segmentFileName, type HandlePool } from './segment';
@@ -34,6 +34,8 @@ export interface OpenedLog {
   readonly index: LogIndex;
   /** The table of the active (last) segment, which commits keep growing. */
   readonly activeTable: SegmentTable;
+  /** Why the log could only be opened for reading (a repair write failed: a full disk, say), or null. */
+  readonly readOnly: Error | null;
 }
 
 export interface RecoveryOptions {
@@ -42,6 +44,7 @@ export interface RecoveryOptions {
   readonly pool: HandlePool;
   /** An active segment beyond this size (a single-file log of earlier versions) is sealed at open. */
   readonly segmentBytes: number;
+  readonly io: StoreIo;
 }
 
 export const COMPACTION_SUFFIX = '.compact';
@@ -49,12 +52,12 @@ const CRC_CHUNK_SIZE = 4 * 1024 * 1024;
 const OPEN_CONCURRENCY = 8;
 
 /** Creates a segment file with its header, durably (the directory entry included). */
-export async function createSegmentFile(directory: string, header: SegmentHeader): Promise<fs.FileHandle> {
-  const handle = await fs.open(path.join(directory, segmentFileName(header.base)), 'wx+', 0o600);
+export async function createSegmentFile(io: StoreIo, directory: string, header: SegmentHeader): Promise<StoreFile> {
+  const handle = await io.open(path.join(directory, segmentFileName(header.base)), 'wx+');
   try {
     await writeFully(handle, encodeSegmentHeader(header), 0);
     await handle.datasync();
-    await syncDirectory(directory);
+    await io.syncDirectory(directory);
     return handle;
   } catch (error) {
     await handle.close();
@@ -62,12 +65,12 @@ export async function createSegmentFile(directory: string, header: SegmentHeader
   }
 }
 
-async function listSegmentBases(directory: string, log: (message: string) => void): Promise<number[]> {
+async function listSegmentBases(io: StoreIo, directory: string, log: (message: string) => void): Promise<number[]> {
   const bases: number[] = [];
-  for (const name of await fs.readdir(directory)) {
+  for (const name of await io.readdir(directory)) {
     if (name.endsWith(COMPACTION_SUFFIX) || name.endsWith('.idx.tmp')) {
       if (name.endsWith(COMPACTION_SUFFIX)) log(`Event log: removed ${name}, left by a compaction that did not finish (the segment itself is intact)`);
-      await fs.rm(path.join(directory, name), { force: true });
+      await io.unlink(path.join(directory, name));
       continue;
     }
     const base = segmentBaseOfName(name);
@@ -77,16 +80,23 @@ async function listSegmentBases(directory: string, log: (message: string) => voi
 }
 
 /** Reads (and for the active segment, finishes an interrupted creation of) a segment's header. */
-async function readHeader(handle: fs.FileHandle, file: string, base: number, active: boolean): Promise<{ header: SegmentHeader; size: number }> {
+async function readHeader(handle: StoreFile, file: string, base: number, active: boolean, repairs: Repairs): Promise<{ header: SegmentHeader; size: number }> {
   let size = (await handle.stat()).size;
   if (size < SEGMENT_HEADER_SIZE) {
     const existing = await readFully(handle, 0, size);
     const fresh = encodeSegmentHeader({ base, generation: 0 });
     if (!active || !existing.equals(fresh.subarray(0, size))) throw new CorruptEventLogError(file, 0, 'not an event log');
-    // Only the creation of the file was interrupted.
-    await handle.truncate(0);
-    await writeFully(handle, fresh, 0);
-    await handle.datasync();
+    // Only the creation of the file was interrupted. If it cannot be finished now (a full
+    // disk), the segment is empty anyway: the log opens read-only, and the first append
+    // that can write finishes it (store.ts, resumeWrites).
+    try {
+      await handle.truncate(0);
+      await writeFully(handle, fresh, 0);
+      await handle.datasync();
+    } catch (error) {
+      repairs.failed ??= error instanceof Error ? error : new Error(String(error));
+      return { header: { base, generation: 0 }, size: 0 };
+    }
     size = SEGMENT_HEADER_SIZE;
   }
   const header = decodeSegmentHeader(await readFully(handle, 0, SEGMENT_HEADER_SIZE));
@@ -95,19 +105,22 @@ async function readHeader(handle: fs.FileHandle, file: string, base: number, act
   return { header, size };
 }
 
-async function sealedTable(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable> {
-  const loaded = await loadSegmentIndex(file, header, size);
+async function sealedTable(io: StoreIo, handle: StoreFile, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable> {
+  const loaded = await loadSegmentIndex(file, header, size, io);
   if ('table' in loaded && loaded.table.coveredSize === size) return loaded.table;
   const problem = 'table' in loaded ? 'it covers less than the segment' : loaded.problem;
   log(`Event log: index checkpoint of ${path.basename(file)} not used (${problem}); scanning the segment`);
   const table = new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: true }, table);
-  await writeSegmentIndex(file, header, table, header.generation > 0);
+  // A cache: when it cannot be written (a full disk), the next open scans again.
+  await writeSegmentIndex(file, header, table, header.generation > 0, io).catch((error: unknown) =>
+    log(`Event log: could not write the index checkpoint of ${path.basename(file)} (${errorMessage(error)})`),
+  );
   return table;
 }
 
 /** CRC-32 of the file's bytes in [from, to), continuing `previous`. */
-async function crcOfFile(handle: fs.FileHandle, from: number, to: number, previous: number): Promise<number> {
+async function crcOfFile(handle: StoreFile, from: number, to: number, previous: number): Promise<number> {
   let crc = previous;
   for (let at = from; at < to; at += CRC_CHUNK_SIZE) crc = crc32(await readFully(handle, at, Math.min(CRC_CHUNK_SIZE, to - at)), crc);
   return crc;
@@ -118,41 +131,68 @@ async function crcOfFile(handle: fs.FileHandle, from: number, to: number, previo
  * still have its CRC: one native checksum pass instead of decoding every record, and any
  * change to acknowledged data still leads to the full scan that finds it.
  */
-async function verifiedActiveCheckpoint(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, log: (m: string) => void): Promise<SegmentTable | null> {
-  if (size <= SEGMENT_HEADER_SIZE) return null;
-  const loaded = await loadSegmentIndex(file, header, size);
+async function verifiedActiveCheckpoint(
+  io: StoreIo,
+  handle: StoreFile,
+  file: string,
+  header: SegmentHeader,
+  size: number,
+  log: (m: string) => void,
+): Promise<{ table: SegmentTable | null; vouchedEnd: number }> {
+  if (size <= SEGMENT_HEADER_SIZE) return { table: null, vouchedEnd: 0 };
+  const loaded = await loadSegmentIndex(file, header, size, io);
   let problem = 'table' in loaded ? 'its checksum of the segment does not match' : loaded.problem;
+  let vouchedEnd = 0;
   if ('table' in loaded && loaded.table.coveredCrc !== null) {
-    if ((await crcOfFile(handle, 0, loaded.table.coveredSize, 0)) === loaded.table.coveredCrc) return loaded.table;
+    if ((await crcOfFile(handle, 0, loaded.table.coveredSize, 0)) === loaded.table.coveredCrc) return { table: loaded.table, vouchedEnd: 0 };
+    // An intact checkpoint of a clean close covers these bytes: they were acknowledged, so
+    // damage in them is refused by the scan, not cut off as a torn tail.
+    vouchedEnd = loaded.table.coveredSize;
   } else if ('table' in loaded) {
     problem = 'it has no checksum of the segment';
   }
   log(`Event log: index checkpoint of ${path.basename(file)} not used (${problem}); scanning the segment`);
-  return null;
+  return { table: null, vouchedEnd };
 }
 
-async function activeTable(handle: fs.FileHandle, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
-  const checkpoint = await verifiedActiveCheckpoint(handle, file, header, size, options.log);
+async function activeTable(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions, repairs: Repairs): Promise<{ table: SegmentTable; size: number }> {
+  if (size < SEGMENT_HEADER_SIZE) return { table: new SegmentTable(header.base, SEGMENT_HEADER_SIZE), size };
+  const verified = await verifiedActiveCheckpoint(options.io, handle, file, header, size, options.log);
+  const checkpoint = verified.table;
   const table = checkpoint ?? new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   const from = table.coveredSize;
-  const { end } = await scanSegment({ file, base: header.base, readAt: (o, l) => readFully(handle, o, l), fileSize: size, sealed: false }, table);
+  const target = { file, base: header.base, readAt: (o: number, l: number) => readFully(handle, o, l), fileSize: size, sealed: false, vouchedEnd: verified.vouchedEnd };
+  const { end } = await scanSegment(target, table);
   if (end < size) {
-    await handle.truncate(end);
-    await handle.datasync();
     options.onTornTail({ offset: end, droppedBytes: size - end });
+    try {
+      await handle.truncate(end);
+    } catch (error) {
+      // The bytes past `end` are never read; the first append that can write cuts them.
+      repairs.failed ??= error instanceof Error ? error : new Error(String(error));
+    }
   }
+  // What open found and will serve is made durable before anything is read: a batch whose
+  // fsync failed but whose bytes are still in the page cache must not be served now and
+  // lost at the next power cut. If that cannot be done, the open fails (and is retried).
+  await handle.datasync();
   table.coveredCrc = await crcOfFile(handle, checkpoint === null ? 0 : from, end, checkpoint?.coveredCrc ?? 0);
   return { table, size: end };
 }
 
 /** Opens a segment; only the active one keeps its file open (sealed ones open theirs when read). */
-async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions): Promise<{ segment: Segment; table: SegmentTable }> {
+/** The first repair write at open that failed: the log then opens read-only. */
+interface Repairs {
+  failed: Error | null;
+}
+
+async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions, repairs: Repairs): Promise<{ segment: Segment; table: SegmentTable }> {
   const file = path.join(directory, segmentFileName(base));
-  const handle = await fs.open(file, active ? 'r+' : 'r');
+  const handle = await options.io.open(file, active ? 'r+' : 'r');
   let keepOpen = false;
   try {
-    const { header, size } = await readHeader(handle, file, base, active);
-    const opened = active ? await activeTable(handle, file, header, size, options) : { table: await sealedTable(handle, file, header, size, options.log), size };
+    const { header, size } = await readHeader(handle, file, base, active, repairs);
+    const opened = active ? await activeTable(handle, file, header, size, options, repairs) : { table: await sealedTable(options.io, handle, file, header, size, options.log), size };
     const { table } = opened;
     const locator = header.generation > 0 ? locatorOf(table) : null;
     const segment = new Segment(directory, base, header.generation, active ? handle : null, opened.size, locator, options.pool);
@@ -164,9 +204,9 @@ async function openSegment(directory: string, base: number, active: boolean, opt
   }
 }
 
-async function createFirstSegment(directory: string): Promise<void> {
+async function createFirstSegment(io: StoreIo, directory: string): Promise<void> {
   try {
-    const handle = await createSegmentFile(directory, { base: 0, generation: 0 });
+    const handle = await createSegmentFile(io, directory, { base: 0, generation: 0 });
     await handle.close();
   } catch (error) {
     if (errorCode(error) !== 'EEXIST') throw error;
@@ -180,10 +220,10 @@ async function createFirstSegment(directory: string): Promise<void> {
  */
 async function sealOversized(directory: string, full: { segment: Segment; table: SegmentTable }, pool: HandlePool): Promise<{ segment: Segment; table: SegmentTable }> {
   const { segment, table } = full;
-  await writeSegmentIndex(segment.file, segment, table, false);
+  await writeSegmentIndex(segment.file, segment, table, false, pool.io);
   segment.seal();
   const base = segment.base + segment.size;
-  const handle = await createSegmentFile(directory, { base, generation: 0 });
+  const handle = await createSegmentFile(pool.io, directory, { base, generation: 0 });
   const next = new SegmentTable(base, SEGMENT_HEADER_SIZE);
   next.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
   return { segment: new Segment(directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, pool), table: next };
@@ -213,14 +253,19 @@ async function mapLimited<T, R>(items: readonly T[], limit: number, work: (item:
 }
 
 export async function openLog(directory: string, options: RecoveryOptions): Promise<OpenedLog> {
-  let bases = await listSegmentBases(directory, options.log);
+  let bases = await listSegmentBases(options.io, directory, options.log);
   if (bases.length === 0) {
-    await createFirstSegment(directory);
+    await createFirstSegment(options.io, directory);
     bases = [0];
   }
   const opened: Array<{ segment: Segment; table: SegmentTable }> = [];
+  const repairs: Repairs = { failed: null };
+  // The entries open finds are made durable before anything is appended: a segment whose
+  // creation a stopped process left unsynced must not vanish at a later power cut with the
+  // appends acknowledged in it.
+  await options.io.syncDirectory(directory);
   const keep = async (base: number, active: boolean): Promise<{ segment: Segment; table: SegmentTable }> => {
-    const result = await openSegment(directory, base, active, options);
+    const result = await openSegment(directory, base, active, options, repairs);
     opened.push(result);
     return result;
   };
@@ -229,14 +274,14 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
     const sealed = await mapLimited(bases.slice(0, -1), OPEN_CONCURRENCY, (base) => keep(base, false));
     let active = await keep(bases[bases.length - 1] as number, true);
     const all = [...sealed, active];
-    if (active.segment.size > options.segmentBytes) {
+    if (active.segment.size > options.segmentBytes && repairs.failed === null) {
       active = await sealOversized(directory, active, options.pool);
       opened.push(active);
       all.push(active);
     }
     const index = new LogIndex();
     index.applyTables(all.map(({ segment, table }) => ({ table, file: segment.file })));
-    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table };
+    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table, readOnly: repairs.failed };
   } catch (error) {
     await Promise.all(opened.map(({ segment }) => segment.retire()));
     throw error;

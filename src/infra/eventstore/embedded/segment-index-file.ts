@@ -15,9 +15,9 @@
  * names, $maxAge changes, padding to an 8-byte boundary, then the columns revisions f64,
  * position − base f64, (compacted segments only) file offsets f64 and stream refs u32.
  */
-import * as fs from 'node:fs/promises';
 import { crc32 } from './crc32';
 import { errorCode, errorMessage } from './files';
+import { nodeIo, type StoreIo } from './io';
 import { SegmentTable } from './segment-table';
 import { ByteReader, ByteWriter } from './value-codec';
 
@@ -76,11 +76,11 @@ function encodeIndex(segment: IndexedSegment, table: SegmentTable, withOffsets: 
 }
 
 /** Writes the checkpoint through a temporary file and a rename, so readers see all or nothing. */
-export async function writeSegmentIndex(segmentFile: string, segment: IndexedSegment, table: SegmentTable, withOffsets: boolean): Promise<void> {
+export async function writeSegmentIndex(segmentFile: string, segment: IndexedSegment, table: SegmentTable, withOffsets: boolean, io: StoreIo = nodeIo): Promise<void> {
   const file = indexFileOf(segmentFile);
   const temporary = `${file}.tmp`;
-  await fs.writeFile(temporary, encodeIndex(segment, table, withOffsets), { mode: 0o600 });
-  await fs.rename(temporary, file);
+  await io.writeFile(temporary, encodeIndex(segment, table, withOffsets));
+  await io.rename(temporary, file);
 }
 
 /** A column of `count` elements at the reader's position: a view where aligned, else a copy. */
@@ -137,10 +137,10 @@ function decodeIndex(bytes: Buffer, segment: IndexedSegment, segmentSize: number
 export type LoadedIndex = { readonly table: SegmentTable } | { readonly problem: string };
 
 /** The segment's checkpoint, or why it cannot be used. */
-export async function loadSegmentIndex(segmentFile: string, segment: IndexedSegment, segmentSize: number): Promise<LoadedIndex> {
+export async function loadSegmentIndex(segmentFile: string, segment: IndexedSegment, segmentSize: number, io: StoreIo = nodeIo): Promise<LoadedIndex> {
   let bytes: Buffer;
   try {
-    bytes = await fs.readFile(indexFileOf(segmentFile));
+    bytes = await io.readFile(indexFileOf(segmentFile));
   } catch (error) {
     return { problem: errorCode(error) === 'ENOENT' ? 'missing' : errorMessage(error) };
   }

@@ -42,6 +42,11 @@ export interface ScanTarget {
   readonly fileSize: number;
   /** Whether the segment is sealed (damage anywhere is refused). */
   readonly sealed: boolean;
+  /**
+   * Bytes an earlier clean close vouched for (its checkpoint covered them): acknowledged
+   * data, where damage is refused, never dropped as a torn tail.
+   */
+  readonly vouchedEnd?: number;
 }
 
 /** Where complete appends end, and whether bytes after that are a torn tail. */
@@ -70,6 +75,7 @@ export async function scanSegment(target: ScanTarget, table: SegmentTable): Prom
     if (result.kind !== 'ok') {
       const reason = result.kind === 'invalid' ? result.reason : 'record runs past the end of file';
       if (target.sealed) throw new CorruptEventLogError(file, offset, `${reason} in a sealed segment`);
+      if (offset < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, offset, `${reason} in data acknowledged before the last clean close`);
       // A batch is written only after the previous one was synced, so damage followed by
       // the start of a later batch hit synced (acknowledged) data. Without one, the damage
       // lies in the last batch, which a crash may leave torn anywhere, holes included.
@@ -95,6 +101,7 @@ export async function scanSegment(target: ScanTarget, table: SegmentTable): Prom
   if (target.sealed && end < fileSize) {
     throw new CorruptEventLogError(file, end, 'an append is cut short at the end of a sealed segment');
   }
+  if (end < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, end, 'an append is cut short in data acknowledged before the last clean close');
   table.coveredSize = end;
   return { end };
 }

@@ -12,9 +12,9 @@
  * HandlePool closes the least recently read ones beyond a few dozen. The active segment
  * keeps the file it is written through.
  */
-import * as fs from 'node:fs/promises';
 import * as path from 'node:path';
 import { readFully } from './files';
+import type { StoreFile, StoreIo } from './io';
 import { SEGMENT_HEADER_SIZE } from './record-format';
 import type { SegmentTable } from './segment-table';
 
@@ -48,7 +48,11 @@ export function locatorOf(table: SegmentTable): CompactedLocator {
 export class HandlePool {
   private readonly recent = new Set<Segment>();
 
-  constructor(private readonly limit = 64) {}
+  constructor(
+    /** Sealed segments open their files through it. */
+    readonly io: StoreIo,
+    private readonly limit = 64,
+  ) {}
 
   touch(segment: Segment): void {
     this.recent.delete(segment);
@@ -91,15 +95,17 @@ export class Segment {
   retired = false;
   private readonly samples: number[] = [];
   private readonly inFlight = new Set<Promise<Buffer>>();
-  private reader: Promise<fs.FileHandle> | null;
+  private reader: Promise<StoreFile> | null;
   private sealed = false;
+  /** Its file stays open until retired: a compaction is about to rename another file over its name. */
+  private pinned = false;
 
   /** `writer`: the open file of the active segment (null for a sealed one, opened when read). */
   constructor(
     readonly directory: string,
     readonly base: number,
     readonly generation: number,
-    private writer: fs.FileHandle | null,
+    private writer: StoreFile | null,
     size: number,
     private readonly compacted: CompactedLocator | null,
     private readonly pool: HandlePool,
@@ -109,7 +115,7 @@ export class Segment {
   }
 
   /** The file to write appends through; only the active segment has one. */
-  get handle(): fs.FileHandle {
+  get handle(): StoreFile {
     if (this.writer === null) throw new Error(`${this.file} is sealed`);
     return this.writer;
   }
@@ -179,8 +185,7 @@ export class Segment {
 
   read(offset: number, length: number): Promise<Buffer> {
     if (this.retired) return Promise.reject(new Error('segment was replaced'));
-    this.reader ??= fs.open(this.file, 'r');
-    const read = this.reader.then((handle) => readFully(handle, offset, length));
+    const read = this.openReader().then((handle) => readFully(handle, offset, length));
     this.inFlight.add(read);
     if (this.writer === null || this.sealed) this.pool.touch(this);
     const forget = (): void => {
@@ -188,6 +193,32 @@ export class Segment {
     };
     read.then(forget, forget);
     return read;
+  }
+
+  /** The open file; a failed open (EMFILE) is not kept, so the next read tries again. */
+  private openReader(): Promise<StoreFile> {
+    if (this.reader === null) {
+      const opening = this.pool.io.open(this.file, 'r');
+      this.reader = opening;
+      opening.catch(() => {
+        if (this.reader === opening) this.reader = null;
+      });
+    }
+    return this.reader;
+  }
+
+  /**
+   * Keeps the file open until the segment is retired: once a compacted copy is renamed
+   * over its name, opening by name would find the copy, where its offsets mean nothing.
+   */
+  async pin(): Promise<void> {
+    if (this.retired) throw new Error('segment was replaced');
+    this.pinned = true;
+    await this.openReader();
+  }
+
+  unpin(): void {
+    this.pinned = false;
   }
 
   /** No more appends go here: from now on its file may be closed while unused. */
@@ -199,7 +230,7 @@ export class Segment {
   /** Closes a sealed segment's file if no read is under way (the next read opens it again). */
   closeIdle(): boolean {
     if (this.reader === null) return true;
-    if ((this.writer !== null && !this.sealed) || this.inFlight.size > 0) return false;
+    if ((this.writer !== null && !this.sealed) || this.inFlight.size > 0 || this.pinned) return false;
     const reader = this.reader;
     this.reader = null;
     this.writer = null;

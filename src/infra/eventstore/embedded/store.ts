@@ -3,6 +3,7 @@
  * catch-up subscriptions, and reclamation of expired heartbeats (see reclamation.ts).
  */
 import { randomUUID } from 'node:crypto';
+import * as path from 'node:path';
 import {
   WrongExpectedRevisionError,
   type AppendResult,
@@ -15,6 +16,7 @@ import {
   type SubscribeOptions,
   type Subscription,
 } from '../port';
+import { EventStoreUnavailableError } from './errors';
 import { errorMessage, writeFully } from './files';
 import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
@@ -23,12 +25,15 @@ import { LogReader } from './reads';
 import { positionAt, toRecordedEvent } from './recorded-event';
 import { createSegmentFile } from './recovery';
 import { RecentCommits } from './recent-commits';
-import { Segment, type HandlePool } from './segment';
+import { Segment, segmentFileName, type HandlePool } from './segment';
 import { writeSegmentIndex } from './segment-index-file';
 import { maxAgeChangeOf } from './segment-scan';
 import { SegmentTable } from './segment-table';
 import { LogSubscription, tail, type TailSource } from './subscription';
 import type { GroupCommit, ResolvedOptions } from './options';
+
+/** Bytes written past the end (then cut) to tell whether writes work again. */
+const WRITE_PROBE_BYTES = 4096;
 
 interface ReservedRecord {
   readonly revision: number;
@@ -84,7 +89,13 @@ export class EmbeddedStoreCore implements EventStore {
   private queue: PendingAppend[] = [];
   private flushRunning = false;
   private flushDone: Promise<void> = Promise.resolve();
-  protected failure: Error | null = null;
+  /** Set while appends are refused (a write failed, or the log opened read-only); cleared by resumeWrites(). */
+  protected failure: EventStoreUnavailableError | null = null;
+  private resuming: Promise<void> | null = null;
+  /** Another process holds the data directory now: writes stop for good (never resumed). */
+  protected lockLost: Error | null = null;
+  /** Cutting what a failed batch left in the file; resuming waits for it. */
+  private tailCut: Promise<void> = Promise.resolve();
   protected closing = false;
   private changeWaiters: Array<() => void> = [];
   private readonly sealing = new Set<Promise<void>>();
@@ -119,6 +130,7 @@ export class EmbeddedStoreCore implements EventStore {
   // Everything up to the first await runs synchronously, so expectations are checked and
   // positions reserved in call order even while earlier appends still wait for their fsync.
   async append(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
+    if (this.failure !== null) await this.resumeWrites();
     return this.reserve(streamName, events, expected, this.now());
   }
 
@@ -128,6 +140,7 @@ export class EmbeddedStoreCore implements EventStore {
    * that they never decrease along the log. Expectations are 'any'.
    */
   async appendHistory(appends: readonly HistoricalAppend[]): Promise<void> {
+    if (this.failure !== null) await this.resumeWrites();
     // One promise for the lot: commits resolve in order, so the last one answers for all.
     await new Promise<void>((resolve, reject) => {
       const ignore = (): void => undefined;
@@ -209,9 +222,8 @@ export class EmbeddedStoreCore implements EventStore {
     const source: TailSource = {
       segments: () => this.segments,
       readerOf: (segment) => this.reader.readerOf(segment),
-      checkHealthy: () => {
-        if (this.failure !== null) throw this.failure;
-      },
+      // A failed write stops appends, not reads: subscriptions go on serving what is durable.
+      checkHealthy: () => undefined,
       isClosing: () => this.closing,
       waitForChange: () => this.waitForChange(),
       toRecordedEvent,
@@ -231,6 +243,9 @@ export class EmbeddedStoreCore implements EventStore {
   }
 
   async headPosition(): Promise<GlobalPosition | null> {
+    // Readiness asks this: while appends are refused it fails (naming the event store),
+    // after trying whether writes work again.
+    if (this.failure !== null) await this.resumeWrites();
     // Only user events: a caller waiting for its subscription to reach the head must get
     // there, and subscriptions never hand out system events.
     const position = this.index.lastUserPosition;
@@ -242,7 +257,11 @@ export class EmbeddedStoreCore implements EventStore {
     while (this.flushRunning) await this.flushDone;
     this.wakeWaiters();
     await Promise.allSettled([...this.sealing]);
-    if (this.failure === null) await this.writeActiveCheckpoint();
+    await this.tailCut;
+    await this.resuming?.catch(() => undefined);
+    // A stop after a failed write leaves nothing of the failed batch for the next start.
+    if (this.failure !== null) await this.cutBack(this.active()).catch(() => undefined);
+    if (this.failure === null && this.lockLost === null) await this.writeActiveCheckpoint();
     await Promise.all(this.segments.map((segment) => segment.retire()));
   }
 
@@ -250,13 +269,14 @@ export class EmbeddedStoreCore implements EventStore {
   private async writeActiveCheckpoint(): Promise<void> {
     const active = this.active();
     try {
-      await writeSegmentIndex(active.file, active, this.activeTable, false);
+      await writeSegmentIndex(active.file, active, this.activeTable, false, this.options.io);
     } catch (error) {
       this.options.log(`Event log: could not write the index checkpoint of ${active.file} (${errorMessage(error)}); the next open scans it`);
     }
   }
 
   protected assertWritable(): void {
+    if (this.lockLost !== null) throw this.lockLost;
     if (this.failure !== null) throw this.failure;
     if (this.closing) throw new Error('The event store is closed');
   }
@@ -292,7 +312,7 @@ export class EmbeddedStoreCore implements EventStore {
 
   private async flushLoop(): Promise<void> {
     for (;;) {
-      if (this.queue.length === 0 || this.failure !== null) {
+      if (this.queue.length === 0 || this.failure !== null || this.lockLost !== null) {
         this.flushRunning = false;
         return;
       }
@@ -322,14 +342,18 @@ export class EmbeddedStoreCore implements EventStore {
   private async startSegment(base: number): Promise<void> {
     const sealed = this.active();
     const sealedTable = this.activeTable;
-    const handle = await createSegmentFile(this.directory, { base, generation: 0 });
+    // A sealed segment ends exactly at its last append on disk too: nothing a failed write
+    // or a write probe left behind may be read later as damage in a sealed segment.
+    await sealed.handle.truncate(sealed.size);
+    await sealed.handle.datasync();
+    const handle = await createSegmentFile(this.options.io, this.directory, { base, generation: 0 });
     this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, this.pool)];
     this.activeTable = new SegmentTable(base, SEGMENT_HEADER_SIZE);
     this.activeTable.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
     this.recent.forget();
     sealed.seal();
     sealedTable.coveredSize = sealed.size;
-    const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false).catch((error: unknown) =>
+    const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false, this.options.io).catch((error: unknown) =>
       this.options.log(`Event log: could not write the index checkpoint of ${sealed.file} (${errorMessage(error)}); the next open scans it`),
     );
     this.sealing.add(writing);
@@ -366,12 +390,90 @@ export class EmbeddedStoreCore implements EventStore {
   }
 
   private fail(error: unknown, batch: readonly PendingAppend[]): void {
-    // What reached the disk is unknown now; only a reopen (which rescans the log) can tell.
     this.recent.forget();
-    this.failure = new Error(`Event log write failed; reopen the event store: ${errorMessage(error)}`, { cause: error });
-    for (const append of [...batch, ...this.queue]) append.reject(this.failure);
+    this.failure = new EventStoreUnavailableError({ cause: error });
+    this.options.log(`Event log: a write failed (${errorMessage(error)}); appends are refused until one can be written again, reads go on`);
+    const rejected = [...batch, ...this.queue];
     this.queue = [];
+    // Every append not yet durable is rejected: their reserved positions are given back.
+    for (const append of rejected) {
+      const stream = this.index.stream(append.streamName);
+      stream.positions.dropLast(stream.positions.length - stream.durableCount);
+    }
+    for (const append of rejected) append.reject(this.failure);
     this.wakeWaiters();
+    // Cut what the failed batch may have left in the file (a page cache keeps it after a
+    // failed fsync): a restart must not find it and take it as durable, nor later batches
+    // leave a hole where it was. Best effort: resuming does it again.
+    const active = this.active();
+    this.tailCut = this.tailCut.then(() => this.cutBack(active)).catch(() => undefined);
+  }
+
+  /**
+   * Removes what a failed write may have left: the file of a segment whose creation failed
+   * (it holds nothing acknowledged; a restart must not take the active segment for a
+   * sealed one because of it) and bytes past the committed size of the active segment.
+   */
+  private async cutBack(active: Segment): Promise<void> {
+    if (active.size >= SEGMENT_HEADER_SIZE) {
+      await this.options.io.unlink(path.join(this.directory, segmentFileName(active.base + active.size)));
+      await this.options.io.syncDirectory(this.directory);
+    }
+    await active.handle.truncate(active.size);
+    await active.handle.datasync();
+  }
+
+  /** Opened without being able to repair the tail (a full disk, say): appends wait for resumeWrites(). */
+  openedReadOnly(cause: Error): void {
+    this.failure = new EventStoreUnavailableError({ cause });
+    this.options.log(`Event log: opened read-only (${errorMessage(cause)}); reads are served, appends are refused until a write succeeds`);
+  }
+
+  /**
+   * Tries to make the log writable again after a failure: cuts the active segment back to
+   * its last committed size (dropping whatever a failed batch left), finishes a segment
+   * whose creation was interrupted, and removes the file of a segment whose creation
+   * failed. Throws EventStoreUnavailableError while that does not work.
+   */
+  protected resumeWrites(): Promise<void> {
+    this.resuming ??= this.tryResume().finally(() => {
+      this.resuming = null;
+    });
+    return this.resuming;
+  }
+
+  private async tryResume(): Promise<void> {
+    while (this.flushRunning) await this.flushDone;
+    await this.tailCut;
+    if (this.lockLost !== null) throw this.lockLost;
+    if (this.failure === null) return;
+    if (this.closing) throw new Error('The event store is closed');
+    const active = this.active();
+    try {
+      if (active.size < SEGMENT_HEADER_SIZE) {
+        const header = encodeSegmentHeader({ base: active.base, generation: 0 });
+        await active.handle.truncate(0);
+        await writeFully(active.handle, header, 0);
+        active.size = SEGMENT_HEADER_SIZE;
+        this.activeTable.coveredSize = SEGMENT_HEADER_SIZE;
+        this.activeTable.coveredCrc = crc32(header);
+      }
+      // A write that needs new space tells whether the cause is gone (a full disk answers
+      // ENOSPC here); the file is cut back to its committed size whatever it answers.
+      try {
+        await writeFully(active.handle, Buffer.alloc(WRITE_PROBE_BYTES), active.size);
+      } finally {
+        await active.handle.truncate(active.size);
+      }
+      await this.cutBack(active);
+    } catch (error) {
+      this.failure = new EventStoreUnavailableError({ cause: error });
+      throw this.failure;
+    }
+    this.reservedBase = active.base;
+    this.reservedEnd = active.size;
+    this.failure = null;
+    this.options.log('Event log: writes work again; appends resume');
   }
 
   protected waitForChange(): Promise<void> {

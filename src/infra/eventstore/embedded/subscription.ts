@@ -7,6 +7,7 @@
  * again from that position.
  */
 import type { RecordedEvent, SubscribeOptions, Subscription, SubscriptionItem } from '../port';
+import { CorruptEventLogError } from './errors';
 import type { RawRecord } from './record-format';
 import { RecordCursor, type ReadAt } from './record-cursor';
 import { segmentIndexAt, type Segment } from './segment';
@@ -87,7 +88,7 @@ async function* segmentRecords(source: TailSource, segment: Segment, after: numb
       }
       throw error;
     }
-    if (result.kind !== 'ok') throw new Error(`Event log record at byte ${next} of ${segment.file} is unreadable`);
+    if (result.kind !== 'ok') throw new CorruptEventLogError(segment.file, next, `record unreadable (${result.kind === 'invalid' ? result.reason : 'truncated'})`);
     next = result.record.fileOffset + result.record.size;
     if (result.record.position > after) yield { kind: 'event', record: result.record };
   }

@@ -1,0 +1,165 @@
+import { ConflictError, NotFoundError } from '../domain/errors';
+import { deviceDecider, type DeviceState } from '../domain/device';
+import { deviceStream, userStream } from '../domain/events';
+import type { Actor } from '../domain/messages';
+import { crmCustomerStream, reservationDecider } from '../domain/reservation';
+import type { RevokeReason } from '../domain/session';
+import { USER_MESSAGES, userDecider, type ErasureReason } from '../domain/user';
+import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
+import type { ReadStore } from '../infra/readstore/port';
+import { deviceSubject, userSubject, type Keyring } from '../privacy/keyring';
+import { DEVICES_COLLECTION, type DeviceDoc } from '../projections/devices';
+import type { Watermark } from '../projections/watermark';
+import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
+
+/**
+ * Erasure of a person (decisions §11), by the CRM or by the person. In order:
+ *   1. each of their links ends (`UserUnlinked`), and a device whose only active owner they
+ *      were is deleted (`DeviceDeleted`); all appended with the actor `system`;
+ *   2. their refresh-token families are revoked;
+ *   3. `UserErased` on their stream: every process refuses their tokens from then on and
+ *      closes their sockets, and the users read model drops them;
+ *   4. their e-mail and CRM id are released, so a later sync creates a new user;
+ *   5. their data key (and the keys of the devices deleted with them) and their password
+ *      hashes are destroyed: every sealed field of theirs in the log reads "[erased]";
+ *   6. `afterErasure` (embedded mode: a new start snapshot, so the old one, which held
+ *      their read-model documents, is replaced on disk).
+ * Every step is idempotent, so an erasure that failed half-way is finished by asking again.
+ */
+
+export interface ErasureDeps {
+  readonly eventStore: EventStore;
+  readonly readStore: ReadStore;
+  readonly watermark: Watermark;
+  readonly clock: Clock;
+  readonly readYourWritesTimeoutMs: number;
+  readonly keyring: Keyring;
+  readonly releaseEmail: (email: string, userId: string, ctx: CommandContext) => Promise<void>;
+  readonly revokeSessions: (userId: string, reason: RevokeReason, ctx: CommandContext) => Promise<void>;
+  readonly afterErasure?: () => Promise<void>;
+}
+
+export interface ErasureCommands {
+  /** 404 `User not found` for a CRM id never synced; an erased customer again: its user id. */
+  eraseCustomer(syncId: number, ctx: CommandContext): Promise<{ readonly userId: string }>;
+  eraseUser(userId: string, reason: ErasureReason, ctx: CommandContext): Promise<void>;
+}
+
+const SYSTEM: Actor = { type: 'system', id: 'erasure' };
+const crmReservation = reservationDecider('crm-customer');
+
+export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
+  const { eventStore, readStore, clock } = deps;
+  const asSystem = (ctx: CommandContext): CommandContext => ({ ...ctx, actor: SYSTEM });
+
+  /** Ends the user's links; returns the devices deleted because they were the only active owner. */
+  const endLinks = async (userId: string, ctx: CommandContext, track: (p: GlobalPosition | null) => void): Promise<string[]> => {
+    const docs = await readStore.collection<DeviceDoc>(DEVICES_COLLECTION).find({ where: { 'users.userId': userId } });
+    const deleted: string[] = [];
+    for (const doc of docs) {
+      const stream = deviceStream(doc.uuid);
+      const { state } = await loadAggregate<DeviceState, Parameters<typeof deviceDecider.evolve>[1]>(
+        eventStore,
+        deviceDecider.evolve,
+        deviceDecider.initialState,
+        stream,
+      );
+      if (state.status !== 'active') continue;
+      const link = state.links[userId];
+      if (link === undefined || !link.isActive) continue;
+      const otherOwners = Object.values(state.links).filter((l) => l.isActive && l.role === 'owner' && l.userId !== userId).length;
+      const now = clock.now().toISOString();
+      const soleOwner = link.role === 'owner' && otherOwners === 0;
+      const result = await handleCommand(
+        eventStore,
+        deviceDecider,
+        stream,
+        soleOwner
+          ? { type: 'DeleteDevice', data: { uuid: doc.uuid, actorUserId: userId, now } }
+          : { type: 'UnlinkUser', data: { uuid: doc.uuid, actorUserId: userId, targetUserId: userId, now } },
+        asSystem(ctx),
+        clock,
+      );
+      track(result.position);
+      if (soleOwner) deleted.push(doc.uuid);
+    }
+    return deleted;
+  };
+
+  const erase = async (userId: string, reason: ErasureReason, ctx: CommandContext): Promise<void> => {
+    const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
+    if (!before.state.exists) return;
+    const { email, syncId } = before.state;
+    const seen: { last: GlobalPosition | null } = { last: null };
+    const track = (position: GlobalPosition | null): void => {
+      if (position !== null) seen.last = position;
+    };
+    const devices = await endLinks(userId, ctx, track);
+    await deps.revokeSessions(userId, 'erased', asSystem(ctx));
+    const erased = await handleCommand(
+      eventStore,
+      userDecider,
+      userStream(userId),
+      { type: 'EraseUser', data: { userId, reason, devices, now: clock.now().toISOString() } },
+      ctx,
+      clock,
+    );
+    track(erased.position);
+    await deps.releaseEmail(email, userId, asSystem(ctx));
+    const released = await handleCommand(
+      eventStore,
+      crmReservation,
+      crmCustomerStream(syncId),
+      { type: 'Release', data: { ownerId: userId } },
+      asSystem(ctx),
+      clock,
+    );
+    track(released.position);
+    await deps.keyring.destroy([userSubject(userId), ...devices.map(deviceSubject)], userId);
+    if (seen.last !== null) await deps.watermark.waitFor(seen.last, deps.readYourWritesTimeoutMs);
+    await deps.afterErasure?.();
+  };
+
+  return {
+    async eraseCustomer(syncId, ctx) {
+      const stream = crmCustomerStream(syncId);
+      let owner: string | null = null;
+      let lastReleased: string | null = null;
+      for await (const recorded of eventStore.readStream(stream)) {
+        const event = { type: recorded.type, data: recorded.data } as Parameters<typeof crmReservation.evolve>[1];
+        if (event.type === 'ReservationClaimed') owner = event.data.ownerId;
+        else if (event.data.ownerId === owner) {
+          owner = null;
+          lastReleased = event.data.ownerId;
+        }
+      }
+      if (owner !== null) {
+        await erase(owner, 'crm', ctx);
+        return { userId: owner };
+      }
+      // Erased before: the same answer again, if that user really was erased (not merely renumbered).
+      if (lastReleased !== null && (await wasErased(eventStore, lastReleased))) return { userId: lastReleased };
+      throw new NotFoundError(USER_MESSAGES.notFound);
+    },
+    async eraseUser(userId, reason, ctx) {
+      const known = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
+      if (!known.state.exists) {
+        if (await wasErased(eventStore, userId)) return;
+        throw new NotFoundError(USER_MESSAGES.notFound);
+      }
+      try {
+        await erase(userId, reason, ctx);
+      } catch (error) {
+        if (error instanceof ConflictError) throw new ConflictError('The account was changed concurrently, please retry');
+        throw error;
+      }
+    },
+  };
+}
+
+async function wasErased(store: EventStore, userId: string): Promise<boolean> {
+  for await (const recorded of store.readStream(userStream(userId), { direction: 'backwards', maxCount: 1 })) {
+    return recorded.type === 'UserErased';
+  }
+  return false;
+}

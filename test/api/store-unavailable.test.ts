@@ -1,0 +1,77 @@
+/**
+ * An embedded store that cannot write (a full disk) answers writes with 503 and the §7
+ * body, and readiness is 503 naming the event store; both turn back once it can.
+ */
+import express from 'express';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { errorMiddleware } from '../../src/api/http-errors';
+import { openEmbeddedEventStore, type EmbeddedEventStore } from '../../src/infra/eventstore/embedded';
+import { createLogger } from '../../src/logger';
+import type { Infrastructure } from '../../src/runtime/adapters';
+import { createReadiness } from '../../src/runtime/readiness';
+import { newEvent } from '../contract/eventstore.contract';
+import { Rng } from '../sim/rng';
+import { NO_FAULTS, SimFs } from '../sim/sim-fs';
+
+const quiet = createLogger('silent', new Writable({ write: (_chunk, _encoding, done) => done() }));
+
+async function fullDiskStore(): Promise<{ fs: SimFs; store: EmbeddedEventStore }> {
+  const fs = new SimFs(new Rng(9));
+  await fs.mkdir('/sim/data');
+  const store = await openEmbeddedEventStore('/sim/data', { io: fs, lock: async () => async () => undefined, reclaimIntervalMs: 0, log: () => undefined });
+  await store.append('device-1', [newEvent('Registered')], 'no_stream');
+  fs.faults = { ...NO_FAULTS, diskFull: true };
+  await store.append('device-1', [newEvent('Heartbeat')], 0n).catch(() => undefined);
+  return { fs, store };
+}
+
+describe('a store that cannot write', () => {
+  it('answers a write with 503 and the error body, and the same write succeeds once space is back', async () => {
+    const { fs, store } = await fullDiskStore();
+    const app = express();
+    app.post('/write', async (_req, res, next) => {
+      try {
+        await store.append('device-1', [newEvent('Heartbeat')], 'any');
+        res.status(204).end();
+      } catch (error) {
+        next(error);
+      }
+    });
+    app.use(errorMiddleware(quiet));
+    const server = app.listen(0);
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/write`;
+      const refused = await fetch(url, { method: 'POST' });
+      expect(refused.status).toBe(503);
+      expect(await refused.json()).toEqual({ statusCode: 503, message: 'Service unavailable', error: 'Service Unavailable' });
+      fs.faults = { ...NO_FAULTS };
+      expect((await fetch(url, { method: 'POST' })).status).toBe(204);
+    } finally {
+      server.close();
+      await store.close();
+    }
+  });
+
+  it('makes readiness 503 naming the event store, with fixed words, until it can write again', async () => {
+    const { fs, store } = await fullDiskStore();
+    const infra = {
+      eventStore: store,
+      readStore: { ping: async () => undefined },
+      credentials: { ping: async () => undefined },
+      redis: null,
+      watermark: { current: () => ({ commit: 1n << 40n, prepare: 1n << 40n }) },
+    } as unknown as Infrastructure;
+    const readiness = createReadiness(infra, { lag: () => ({ events: 0, ms: 0 }) }, quiet);
+
+    const down = await readiness();
+    expect(down.ready).toBe(false);
+    expect(down.checks.eventStore).toEqual({ status: 'failed' });
+
+    fs.faults = { ...NO_FAULTS };
+    const up = await readiness();
+    expect(up.checks.eventStore).toEqual({ status: 'ok' });
+    expect(up.ready).toBe(true);
+    await store.close();
+  });
+});

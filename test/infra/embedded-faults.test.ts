@@ -1,0 +1,185 @@
+/**
+ * The embedded log under file-system faults, one focused case per defect, on the
+ * simulation's in-memory file system (test/sim/sim-fs.ts) where faults are exact.
+ */
+import { mkdtemp, open, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CorruptEventLogError, EventStoreUnavailableError, openEmbeddedEventStore, type EmbeddedEventStore, type EmbeddedEventStoreOptions } from '../../src/infra/eventstore/embedded';
+import { newEvent, readAll } from '../contract/eventstore.contract';
+import { Rng } from '../sim/rng';
+import { NO_FAULTS, SimFs } from '../sim/sim-fs';
+
+const DIR = '/sim/data';
+
+async function simStore(fs: SimFs, options: EmbeddedEventStoreOptions = {}): Promise<EmbeddedEventStore> {
+  await fs.mkdir(DIR);
+  return openEmbeddedEventStore(DIR, { io: fs, lock: async () => async () => undefined, reclaimIntervalMs: 0, log: () => undefined, onTornTail: () => undefined, ...options });
+}
+
+async function types(store: EmbeddedEventStore, stream: string): Promise<string[]> {
+  return (await readAll(store.readStream(stream))).map((event) => event.type);
+}
+
+describe('embedded log under faults', () => {
+  it('after a failed write answers "store unavailable" (503), fails readiness, serves reads, and resumes once space is back', async () => {
+    const fs = new SimFs(new Rng(1));
+    const store = await simStore(fs);
+    await store.append('device-1', [newEvent('First')], 'no_stream');
+    fs.faults = { ...NO_FAULTS, diskFull: true };
+
+    const failed = await store.append('device-1', [newEvent('Second')], 0n).catch((error: unknown) => error);
+    expect(failed).toBeInstanceOf(EventStoreUnavailableError);
+    expect((failed as EventStoreUnavailableError).statusCode).toBe(503);
+    await expect(store.append('device-1', [newEvent('Again')], 0n)).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    await expect(store.headPosition()).rejects.toThrow('Event store unavailable: writes failed');
+    expect(await types(store, 'device-1')).toEqual(['First']);
+
+    fs.faults = { ...NO_FAULTS };
+    await store.append('device-1', [newEvent('Third')], 0n);
+    expect(await store.headPosition()).not.toBeNull();
+    expect(await types(store, 'device-1')).toEqual(['First', 'Third']);
+    await store.close();
+  });
+
+  it('cuts a batch whose fsync failed, so a restart cannot take it as durable nor find a hole before later batches', async () => {
+    const fs = new SimFs(new Rng(2));
+    const store = await simStore(fs);
+    await store.append('device-1', [newEvent('Kept')], 'no_stream');
+    const committed = fs.fileBytes(`${DIR}/events.log`).length;
+    fs.faults = { ...NO_FAULTS, syncEio: 1 };
+    await expect(store.append('device-1', [newEvent('Failed')], 0n)).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    fs.faults = { ...NO_FAULTS };
+    // The page cache no longer holds the failed batch (the file is cut back).
+    await store.append('device-2', [newEvent('Later')], 'no_stream');
+    expect(fs.fileBytes(`${DIR}/events.log`).length).toBeGreaterThan(committed);
+    fs.crash();
+    const reopened = await simStore(fs);
+    expect(await types(reopened, 'device-1')).toEqual(['Kept']);
+    expect(await types(reopened, 'device-2')).toEqual(['Later']);
+    await reopened.close();
+  });
+
+  it('opens read-only on a full disk when a repair write at open fails, serves reads, and takes appends once writes work', async () => {
+    const fs = new SimFs(new Rng(3));
+    const store = await simStore(fs);
+    await store.append('device-1', [newEvent('First')], 'no_stream');
+    await store.close();
+    fs.processExit();
+    // The creation of the next segment was interrupted after its first bytes: open must finish it.
+    const size = fs.fileBytes(`${DIR}/events.log`).length;
+    const next = await fs.open(`${DIR}/events-${String(size).padStart(16, '0')}.log`, 'wx+');
+    await next.write(fs.fileBytes(`${DIR}/events.log`), 0, 8, 0);
+    await next.datasync();
+    await next.close();
+    await fs.syncDirectory(DIR);
+    fs.faults = { ...NO_FAULTS, diskFull: true };
+    const messages: string[] = [];
+
+    const reopened = await simStore(fs, { log: (message) => messages.push(message) });
+
+    expect(messages.some((message) => message.includes('opened read-only'))).toBe(true);
+    expect(await types(reopened, 'device-1')).toEqual(['First']);
+    await expect(reopened.append('device-1', [newEvent('Refused')], 0n)).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    await expect(reopened.headPosition()).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    fs.faults = { ...NO_FAULTS };
+    await reopened.append('device-1', [newEvent('Second')], 0n);
+    expect(await types(reopened, 'device-1')).toEqual(['First', 'Second']);
+    await reopened.close();
+  });
+
+  it('removes the temporary file of a compaction that failed', async () => {
+    const fs = new SimFs(new Rng(4));
+    let now = Date.UTC(2030, 0, 1);
+    const store = await simStore(fs, {
+      now: () => now,
+      segmentBytes: 600,
+      compactionHook: (step) => {
+        if (step === 'temporary-written') throw new Error('simulated failure');
+      },
+    });
+    await store.setStreamMaxAge('heartbeat-1', 60);
+    for (let i = 0; i < 12; i++) await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
+    now += 3_600_000;
+    await expect(store.reclaimExpired()).rejects.toThrow('simulated failure');
+    expect(fs.list(DIR).filter((file) => file.name.endsWith('.compact'))).toEqual([]);
+    await store.close();
+  });
+
+  it('does not keep a failed open (EMFILE) of a sealed segment: the next read opens it again', async () => {
+    const fs = new SimFs(new Rng(5));
+    const store = await simStore(fs, { segmentBytes: 600 });
+    for (let i = 0; i < 8; i++) await store.append('device-1', [newEvent(`E${i}`)], 'any');
+    await store.close();
+    fs.processExit();
+    const reopened = await simStore(fs, { segmentBytes: 600 });
+    fs.faults = { ...NO_FAULTS, emfile: 1 };
+    await expect(types(reopened, 'device-1')).rejects.toThrow('EMFILE');
+    fs.faults = { ...NO_FAULTS };
+    expect(await types(reopened, 'device-1')).toEqual(['E0', 'E1', 'E2', 'E3', 'E4', 'E5', 'E6', 'E7']);
+    await reopened.close();
+  });
+
+  it('refuses damage inside the last acknowledged batch after a clean close, naming file and byte', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'hhc-embedded-faults-'));
+    try {
+      const store = await openEmbeddedEventStore(dir, { reclaimIntervalMs: 0, log: () => undefined, onTornTail: () => undefined });
+      for (let i = 1; i <= 10; i++) await store.append('device-1', [newEvent('Renamed', { name: `Name ${i}` })], 'any');
+      const last = (await readAll(store.readStream('device-1'))).at(-1);
+      await store.close();
+      const file = join(dir, 'events.log');
+      const offset = Number(last?.position.commit) + 30;
+      expect(offset).toBeLessThan((await stat(file)).size);
+      const handle = await open(file, 'r+');
+      const byte = Buffer.alloc(1);
+      await handle.read(byte, 0, 1, offset);
+      byte[0] = (byte[0] as number) ^ 0x10;
+      await handle.write(byte, 0, 1, offset);
+      await handle.close();
+
+      const reopening = openEmbeddedEventStore(dir, { reclaimIntervalMs: 0, log: () => undefined, onTornTail: () => undefined });
+
+      await expect(reopening).rejects.toBeInstanceOf(CorruptEventLogError);
+      await expect(reopening).rejects.toThrow(/events\.log is corrupt at byte \d+/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('embedded log: reads during a compaction', () => {
+  it('never reads a compacted copy with the old offsets, even when the old file was closed for other reads', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'hhc-embedded-faults-'));
+    let now = Date.UTC(2030, 0, 1);
+    const base = { now: () => now, segmentBytes: 600, reclaimIntervalMs: 0, log: () => undefined, onTornTail: () => undefined };
+    try {
+      const store = await openEmbeddedEventStore(dir, base);
+      await store.setStreamMaxAge('heartbeat-1', 60);
+      for (let i = 0; i < 3; i++) await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
+      await store.append('device-a', [newEvent('Target')], 'no_stream');
+      // Enough other segments that reading them all closes the least recently read files.
+      for (let i = 0; i < 300; i++) await store.append('device-fill', [newEvent(`F${i}`)], 'any');
+      await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
+      await store.close();
+      now += 3_600_000;
+      let seen: string[] | Error = [];
+      let compactions = 0;
+      let reopened: EmbeddedEventStore | null = null;
+      reopened = await openEmbeddedEventStore(dir, {
+        ...base,
+        compactionHook: async (step) => {
+          if (step !== 'renamed' || compactions++ > 0 || reopened === null) return;
+          // Between the rename and the swap: read through every other segment, then the one being replaced.
+          await readAll(reopened.readStream('device-fill'));
+          seen = await types(reopened, 'device-a').catch((error: unknown) => error as Error);
+        },
+      });
+      const result = await reopened.reclaimExpired();
+      expect(result.eventsReclaimed).toBeGreaterThan(0);
+      expect(seen).toEqual(['Target']);
+      await reopened.close();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,147 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openFileCredentialStore } from '../../src/infra/credentials/file';
+import type { CredentialStore } from '../../src/infra/credentials/port';
+import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
+import type { EventStore, NewEvent, RecordedEvent } from '../../src/infra/eventstore/port';
+import { derivePrivacyKeys } from '../../src/privacy/crypto';
+import { createPrivateEventStore, openEventData } from '../../src/privacy/event-store';
+import { createKeyring, deviceSubject, userSubject, type Keyring } from '../../src/privacy/keyring';
+import { ERASED } from '../../src/privacy/personal-fields';
+
+const USER = '11111111-2222-4333-8444-555555555555';
+const DEVICE = '99999999-8888-4777-8666-555555555555';
+const meta = { occurredAt: '2026-11-25T10:00:00.000Z', actor: { type: 'user' as const, id: USER }, requestId: 'r', causationId: 'c', correlationId: 'r' };
+
+function event(type: string, data: Record<string, unknown>): NewEvent {
+  return { id: crypto.randomUUID(), type, data, metadata: meta };
+}
+
+async function readAll(store: EventStore, stream: string): Promise<RecordedEvent[]> {
+  const out: RecordedEvent[] = [];
+  for await (const e of store.readStream(stream)) out.push(e);
+  return out;
+}
+
+function filesContain(dir: string, needle: string): string[] {
+  return readdirSync(dir).filter((f) => readFileSync(join(dir, f)).includes(Buffer.from(needle, 'utf8')));
+}
+
+describe('personal fields sealed in the log (crypto-shredding)', () => {
+  let dir: string;
+  let raw: EventStore;
+  let credentials: CredentialStore;
+  let keyring: Keyring;
+  let store: EventStore;
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'hhc-privacy-'));
+    raw = await openEmbeddedEventStore(dir);
+    credentials = await openFileCredentialStore(dir);
+    keyring = createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
+    store = createPrivateEventStore(raw, { keyring });
+  });
+
+  afterEach(async () => {
+    await raw.close();
+    await credentials.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const synced = {
+    userId: USER,
+    created: true,
+    syncId: 42,
+    email: 'grace.hopper@example.org',
+    firstName: 'Grace',
+    lastName: 'Hopper',
+    isEmailVerified: false,
+    profile: { avatar: null, timezone: 'UTC', language: 'en' },
+    crm: { userId: 1, companyName: 'Cobol Ltd', userType: 1, mrr: '10.00', contractLanguage: 'en', createdBy: 1, status: 1 },
+    syncedAt: meta.occurredAt,
+  };
+
+  test('no personal value reaches the log; the service reads every one back', async () => {
+    await store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    await store.append(`device-${DEVICE}`, [event('DeviceRegistered', { id: 'i', uuid: DEVICE, deviceId: 'HUB', name: 'Grace attic hub', ipAddress: '10.9.8.7', port: '8123', metadata: { room: 'Grace attic' }, gen: 0, registeredAt: meta.occurredAt })], 'any');
+    await store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { port: '9000', ipAddress: '10.9.8.6' }, source: 'heartbeat', updatedAt: meta.occurredAt })], 'any');
+    for (const secret of ['grace.hopper@example.org', 'Hopper', 'Cobol Ltd', 'Grace attic', '10.9.8.7', '10.9.8.6']) {
+      expect(filesContain(dir, secret)).toEqual([]);
+    }
+    const [user] = await readAll(store, `user-${USER}`);
+    expect(user?.data).toEqual(synced);
+    const rawUser = (await readAll(raw, `user-${USER}`))[0]?.data as Record<string, unknown>;
+    expect(rawUser.$v).toBe(2);
+    expect(rawUser.email).toBeUndefined();
+    const device = await readAll(store, `device-${DEVICE}`);
+    expect(device[1]?.data).toEqual({ uuid: DEVICE, changes: { port: '9000', ipAddress: '10.9.8.6' }, source: 'heartbeat', updatedAt: meta.occurredAt });
+  });
+
+  test('a destroyed key reads as "[erased]" in every sealed field, ids kept, never an error; other people unaffected', async () => {
+    const other = '22222222-2222-4333-8444-555555555555';
+    await store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    await store.append(`user-${other}`, [event('UserSynced', { ...synced, userId: other, email: 'other@example.org' })], 'any');
+    await store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { name: 'Attic' }, source: 'user', updatedAt: meta.occurredAt })], 'any');
+    await keyring.destroy([userSubject(USER), deviceSubject(DEVICE)], USER);
+    const [erased] = await readAll(store, `user-${USER}`);
+    expect(erased?.data).toEqual({ ...synced, email: ERASED, firstName: ERASED, lastName: ERASED, profile: ERASED, crm: ERASED });
+    expect((await readAll(store, `user-${other}`))[0]?.data).toMatchObject({ email: 'other@example.org' });
+    expect((await readAll(store, `device-${DEVICE}`))[0]?.data).toMatchObject({ changes: { name: ERASED } });
+    // A new key for the same subject (a device registered again) never opens the older boxes.
+    await store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { name: 'New household' }, source: 'user', updatedAt: meta.occurredAt })], 'any');
+    const after = await readAll(store, `device-${DEVICE}`);
+    expect(after.map((e) => (e.data as { changes: { name: string } }).changes.name)).toEqual([ERASED, 'New household']);
+    // The credentials file holds no wrapped key of the erased subjects any more.
+    expect(readFileSync(join(dir, 'credentials.jsonl'), 'utf8')).not.toContain(`user:${USER}`);
+  });
+
+  test('a second process destroying the key is seen here once the cached key is evicted', async () => {
+    await store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    const otherKeyring = createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
+    await otherKeyring.destroy([userSubject(USER)]);
+    keyring.evict(userSubject(USER));
+    expect(((await readAll(store, `user-${USER}`))[0]?.data as { email: string }).email).toBe(ERASED);
+  });
+
+  test('plaintext events of version 1 still read as they were', async () => {
+    await raw.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    expect((await readAll(store, `user-${USER}`))[0]?.data).toEqual(synced);
+    expect(await openEventData(keyring, 'RefreshIssued', { familyId: 'f', ip: '1.2.3.4', userAgent: 'UA' })).toEqual({ familyId: 'f', ip: '1.2.3.4', userAgent: 'UA' });
+  });
+
+  test('data keys survive a reopen of the credential store, wrapped, never in the clear', async () => {
+    await store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    await credentials.close();
+    credentials = await openFileCredentialStore(dir);
+    keyring = createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
+    store = createPrivateEventStore(raw, { keyring });
+    expect((await readAll(store, `user-${USER}`))[0]?.data).toEqual(synced);
+    const wrongKek = createKeyring(credentials, derivePrivacyKeys('z'.repeat(40)).keyEncryptionKey);
+    await expect(wrongKek.keyFor(userSubject(USER))).rejects.toThrow(/DATA_KEY_ENCRYPTION_KEY/);
+  });
+});
+
+describe('keys made by another process', () => {
+  test('a box sealed by another process with a key made after this one looked opens here', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hhc-privacy-'));
+    const raw = await openEmbeddedEventStore(dir);
+    const credentials = await openFileCredentialStore(dir);
+    let clock = 0;
+    const kek = derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey;
+    const hereKeyring = createKeyring(credentials, kek, () => clock);
+    const here = createPrivateEventStore(raw, { keyring: hereKeyring });
+    const there = createPrivateEventStore(raw, { keyring: createKeyring(credentials, kek, () => clock) });
+    try {
+      // Here the device had no key (erased); there, a new registration makes one and seals with it.
+      expect(await openEventData(hereKeyring, 'DeviceUpdated', { uuid: DEVICE, changes: {}, $pii: { k: `device:${DEVICE}#00`, f: ['changes.name'], c: 'AAAA' } })).toMatchObject({ changes: { name: ERASED } });
+      await there.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { name: 'Fresh' }, source: 'user', updatedAt: meta.occurredAt })], 'any');
+      clock += 1500;
+      expect(((await readAll(here, `device-${DEVICE}`))[0]?.data as { changes: { name: string } }).changes.name).toBe('Fresh');
+    } finally {
+      await raw.close();
+      await credentials.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

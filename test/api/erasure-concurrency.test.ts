@@ -1,17 +1,17 @@
 import { randomUUID } from 'node:crypto';
-import { api, CRM_KEY, GENEROUS_RATE_LIMITS, startTestService, type TestService } from '../support/harness';
+import { api, CRM_KEY, GENEROUS_RATE_LIMITS, MODES, startTestService, type Mode, type TestService } from '../support/harness';
 
 /**
  * Erasures that run at the same time (decisions §11): `POST /auth/erase-customer` is
  * idempotent, so two calls for one customer both answer 200 `{erased: true, userId}`, and
  * two co-owners erased together leave no ownerless device behind.
  */
-describe('erasure under concurrency (embedded)', () => {
+describe.each(MODES)('erasure under concurrency (%s mode)', (mode: Mode) => {
   let service: TestService;
   let nextId = 900_000 + Math.floor(Math.random() * 50_000);
 
   beforeAll(async () => {
-    service = await startTestService('embedded', { RATE_LIMITS: GENEROUS_RATE_LIMITS });
+    service = await startTestService(mode, { RATE_LIMITS: GENEROUS_RATE_LIMITS });
   }, 60_000);
 
   afterAll(async () => {

@@ -85,12 +85,17 @@ class Figures {
   reconnects = 0;
   readonly refusals = new Map<string, number>();
   readonly errors = new Map<string, number>();
+  /** Errors a client rode out (a heartbeat or renewal that failed, then went through): reported, not failures. */
+  readonly riddenOut = new Map<string, number>();
   readonly rtts: number[] = [];
   pings = 0;
   undelivered = 0;
 
   refuse(code: string): void {
     this.refusals.set(code, (this.refusals.get(code) ?? 0) + 1);
+  }
+  rodeOut(what: string): void {
+    this.riddenOut.set(what, (this.riddenOut.get(what) ?? 0) + 1);
   }
   fail(what: string): void {
     this.errors.set(what, (this.errors.get(what) ?? 0) + 1);
@@ -155,6 +160,8 @@ export async function simulate(options: Options, out: NodeJS.WritableStream = pr
   const started = Date.now();
   const setupDeadline = started + Math.max(60_000, options.durationSeconds * 1000);
   const hubs: HubClient[] = [];
+  /** Per hub, its heartbeat and renewal errors not yet followed by a success: failures if the run ends on them. */
+  const unresolved: string[][] = [];
   const tunnels: AppTunnel[] = [];
   let stopping = false;
   const tty = (out as { isTTY?: boolean }).isTTY === true;
@@ -184,10 +191,15 @@ export async function simulate(options: Options, out: NodeJS.WritableStream = pr
     hub.onMessage((message, reply) => {
       if (message.type === 'ping') void reply({ type: 'pong', payload: message.payload });
     });
+    const pendingErrors: string[] = [];
+    unresolved.push(pendingErrors);
     hub.on((event) => {
-      if (event.type === 'heartbeat' && event.ok) figures.heartbeats++;
-      else if (event.type === 'reconnecting') figures.reconnects++;
+      if ((event.type === 'heartbeat' && event.ok) || event.type === 'renewed') {
+        if (event.type === 'heartbeat') figures.heartbeats++;
+        for (const what of pendingErrors.splice(0)) figures.rodeOut(what);
+      } else if (event.type === 'reconnecting') figures.reconnects++;
       else if (event.type === 'refused') figures.refuse(event.code);
+      else if (event.type === 'error' && (event.where === 'heartbeat' || event.where === 'renew')) pendingErrors.push(`hub ${event.where}: ${event.message}`);
       else if (event.type === 'error' && event.where !== 'tunnel') figures.fail(`hub ${event.where}: ${event.message}`);
       else if (event.type === 'stopped' && !stopping) figures.fail(`hub stopped: ${event.reason}`);
     });
@@ -277,6 +289,7 @@ export async function simulate(options: Options, out: NodeJS.WritableStream = pr
   await sleep(Math.min(2000, options.pingMs));
   for (const tunnel of tunnels) tunnel.close();
   for (const hub of hubs) hub.stop();
+  for (const what of unresolved.flat()) figures.fail(what);
   const elapsed = (Date.now() - started) / 1000;
   const sorted = [...figures.rtts].sort((a, b) => a - b);
   const summary = {
@@ -292,6 +305,7 @@ export async function simulate(options: Options, out: NodeJS.WritableStream = pr
     reconnects: figures.reconnects,
     refusals: Object.fromEntries(figures.refusals),
     errors: Object.fromEntries(figures.errors),
+    riddenOut: Object.fromEntries(figures.riddenOut),
     elapsedSeconds: Number(elapsed.toFixed(1)),
   };
   if (tty) out.write('\n');

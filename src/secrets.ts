@@ -3,6 +3,7 @@ import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFi
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { EmbeddedConfig, Secrets } from './config';
+import { CREDENTIALS_FILE } from './infra/credentials/file';
 
 const storedSecrets = z.object({
   jwtAccessSecret: z.string().min(32),
@@ -36,12 +37,35 @@ export function resolveEmbeddedSecrets(config: EmbeddedConfig): { secrets: Secre
   const parsed = storedSecrets.safeParse(JSON.parse(readFileSync(file, 'utf8')));
   if (!parsed.success) throw new Error(`${file} is not a valid secrets file; remove it to generate new secrets`);
   let stored: Secrets = parsed.data;
-  if (stored.dataKeyEncryptionKey === undefined) {
+  if (stored.dataKeyEncryptionKey === undefined && config.secrets.dataKeyEncryptionKey === undefined) {
+    // A key store holding data keys was written with a key-encryption key: a new one would open
+    // none of them (everyone's personal data unreadable) and wrap new keys the lost one cannot.
+    if (holdsDataKeys(join(config.dataDir, CREDENTIALS_FILE))) {
+      throw new Error(
+        `${file} has no dataKeyEncryptionKey, but ${CREDENTIALS_FILE} holds data keys wrapped by one: ` +
+          'restore it (from a backup of secrets.json, or set DATA_KEY_ENCRYPTION_KEY); a new key would leave every person\'s data unreadable',
+      );
+    }
     // A secrets file of a version before crypto-shredding: the key is added once, the rest kept.
     stored = { ...stored, dataKeyEncryptionKey: randomBytes(48).toString('base64url') };
     writeSecretsFile(config.dataDir, file, stored, 'replace');
   }
   return { secrets: { ...stored, ...config.secrets }, file };
+}
+
+/** Whether the embedded key store has a data-key line (`{"k": subject, ...}`); a torn or unreadable line is not one. */
+function holdsDataKeys(credentials: string): boolean {
+  if (!existsSync(credentials)) return false;
+  return readFileSync(credentials, 'utf8')
+    .split('\n')
+    .some((line) => {
+      try {
+        const parsed: unknown = JSON.parse(line);
+        return typeof parsed === 'object' && parsed !== null && 'k' in parsed;
+      } catch {
+        return false;
+      }
+    });
 }
 
 /**

@@ -47,6 +47,8 @@ export interface ErasureCommands {
 
 const SYSTEM: Actor = { type: 'system', id: 'erasure' };
 const crmReservation = reservationDecider('crm-customer');
+/** How often one link is decided again after a concurrent change refused the last decision. */
+const MAX_LINK_ATTEMPTS = 5;
 
 export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
   const { eventStore, readStore, clock } = deps;
@@ -58,30 +60,41 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
     const deleted: string[] = [];
     for (const doc of docs) {
       const stream = deviceStream(doc.uuid);
-      const { state } = await loadAggregate<DeviceState, Parameters<typeof deviceDecider.evolve>[1]>(
-        eventStore,
-        deviceDecider.evolve,
-        deviceDecider.initialState,
-        stream,
-      );
-      if (state.status !== 'active') continue;
-      const link = state.links[userId];
-      if (link === undefined || !link.isActive) continue;
-      const otherOwners = Object.values(state.links).filter((l) => l.isActive && l.role === 'owner' && l.userId !== userId).length;
-      const now = clock.now().toISOString();
-      const soleOwner = link.role === 'owner' && otherOwners === 0;
-      const result = await handleCommand(
-        eventStore,
-        deviceDecider,
-        stream,
-        soleOwner
-          ? { type: 'DeleteDevice', data: { uuid: doc.uuid, actorUserId: userId, now } }
-          : { type: 'UnlinkUser', data: { uuid: doc.uuid, actorUserId: userId, targetUserId: userId, now } },
-        asSystem(ctx),
-        clock,
-      );
-      track(result.position);
-      if (soleOwner) deleted.push(doc.uuid);
+      // Decided again on each attempt: another erasure running at the same time (the same
+      // person asked twice, or a co-owner erased together with them) may have ended this link,
+      // deleted the device or left this person its last owner in between.
+      for (let attempt = 0; ; attempt++) {
+        const { state } = await loadAggregate<DeviceState, Parameters<typeof deviceDecider.evolve>[1]>(
+          eventStore,
+          deviceDecider.evolve,
+          deviceDecider.initialState,
+          stream,
+        );
+        if (state.status !== 'active') break;
+        const link = state.links[userId];
+        if (link === undefined || !link.isActive) break;
+        const otherOwners = Object.values(state.links).filter((l) => l.isActive && l.role === 'owner' && l.userId !== userId).length;
+        const now = clock.now().toISOString();
+        const soleOwner = link.role === 'owner' && otherOwners === 0;
+        try {
+          const result = await handleCommand(
+            eventStore,
+            deviceDecider,
+            stream,
+            soleOwner
+              ? { type: 'DeleteDevice', data: { uuid: doc.uuid, actorUserId: userId, now } }
+              : { type: 'UnlinkUser', data: { uuid: doc.uuid, actorUserId: userId, targetUserId: userId, now } },
+            asSystem(ctx),
+            clock,
+          );
+          track(result.position);
+          if (soleOwner) deleted.push(doc.uuid);
+          break;
+        } catch (error) {
+          const raced = error instanceof NotFoundError || error instanceof ConflictError;
+          if (!raced || attempt >= MAX_LINK_ATTEMPTS) throw error;
+        }
+      }
     }
     return deleted;
   };

@@ -15,7 +15,7 @@
  */
 import createClient, { type Client, type Middleware } from 'openapi-fetch';
 import type { components, paths } from './openapi';
-import { expiryOf, memorySessionStore, type Session, type SessionStore } from './session';
+import { expiryOf, issuedAtOf, memorySessionStore, type Session, type SessionStore } from './session';
 import { realTimers, type Timers } from './timers';
 import { AppTunnel, type AppTunnelOptions } from './tunnel';
 
@@ -70,6 +70,8 @@ export class AppClient {
   private kept: Session | null | undefined = undefined;
   private refreshing: Promise<Session> | null = null;
   private readonly fetchImpl: typeof fetch;
+  /** The service's clock minus this one, ms, learnt from the `iat` of the tokens it just issued: `exp` is the service's time. */
+  private skewMs = 0;
   /** Refreshes made so far (a figure for tests and the simulator). */
   refreshes = 0;
 
@@ -90,6 +92,7 @@ export class AppClient {
       throw new ApiError(response.status, typeof body?.message === 'string' ? body.message : `login answered ${response.status}`, typeof body?.retryAfter === 'number' ? body.retryAfter : undefined);
     }
     await this.keep({ accessToken: data.accessToken, refreshToken: data.refreshToken });
+    this.learnClock(data.accessToken);
     return data;
   }
 
@@ -108,7 +111,7 @@ export class AppClient {
     if (session === null) throw new SessionEndedError(401, 'Not logged in');
     const exp = expiryOf(session.accessToken);
     const ahead = this.options.refreshAheadSeconds ?? 30;
-    if (exp !== null && exp - ahead <= this.timers.now() / 1000) return (await this.refresh(session.accessToken)).accessToken;
+    if (exp !== null && exp - ahead <= (this.timers.now() + this.skewMs) / 1000) return (await this.refresh(session.accessToken)).accessToken;
     return session.accessToken;
   }
 
@@ -117,15 +120,12 @@ export class AppClient {
    * request; a caller whose stale token was already replaced gets the new session at once.
    */
   async refresh(stale?: string): Promise<Session> {
-    const session = await this.current();
-    if (session === null) throw new SessionEndedError(401, 'Not logged in');
-    if (this.refreshing !== null) return this.refreshing;
-    if (stale !== undefined && session.accessToken !== stale) return session;
-    const rotation = this.rotate(session).finally(() => {
-      this.refreshing = null;
-    });
-    this.refreshing = rotation;
-    return rotation;
+    if (this.refreshing === null) {
+      this.refreshing = this.refreshOnce(stale).finally(() => {
+        this.refreshing = null;
+      });
+    }
+    return this.refreshing;
   }
 
   /** The session kept (null when logged out). */
@@ -150,6 +150,26 @@ export class AppClient {
     await this.store.save(session);
   }
 
+  /**
+   * The store is read again first: another instance of the app sharing it (a second tab, a
+   * second process) may have rotated the pair already, and replaying the refresh token it
+   * replaced would make the service revoke the whole session.
+   */
+  private async refreshOnce(stale: string | undefined): Promise<Session> {
+    const known = this.kept;
+    const stored = (await this.store.load()) ?? null;
+    this.kept = stored;
+    if (stored === null) throw new SessionEndedError(401, 'Not logged in');
+    const mine = stale ?? (known === undefined ? stored.accessToken : known?.accessToken);
+    if (stored.accessToken !== mine) return stored;
+    return this.rotate(stored);
+  }
+
+  private learnClock(accessToken: string): void {
+    const iat = issuedAtOf(accessToken);
+    if (iat !== null) this.skewMs = iat * 1000 - this.timers.now();
+  }
+
   private async rotate(session: Session): Promise<Session> {
     this.refreshes++;
     const res = await this.fetchImpl(`${this.baseUrl}/api/v1/auth/refresh`, {
@@ -161,6 +181,7 @@ export class AppClient {
     if (res.status === 201 && typeof body?.accessToken === 'string' && typeof body.refreshToken === 'string') {
       const next = { accessToken: body.accessToken, refreshToken: body.refreshToken };
       await this.keep(next);
+      this.learnClock(next.accessToken);
       return next;
     }
     if (res.status === 401 || res.status === 400) {

@@ -29,14 +29,24 @@ function base64UrlDecode(text: string): string {
   );
 }
 
-/** `exp` of a JWT in seconds, read without verifying (the service verifies; the client only decides when to refresh). */
-export function expiryOf(token: string): number | null {
+function claimOf(token: string, name: 'exp' | 'iat'): number | null {
   const part = token.split('.')[1];
   if (part === undefined) return null;
   try {
-    const claims = JSON.parse(base64UrlDecode(part)) as { exp?: unknown };
-    return typeof claims.exp === 'number' ? claims.exp : null;
+    const claims = JSON.parse(base64UrlDecode(part)) as Record<string, unknown>;
+    const value = claims[name];
+    return typeof value === 'number' ? value : null;
   } catch {
     return null;
   }
+}
+
+/** `exp` of a JWT in seconds, read without verifying (the service verifies; the client only decides when to refresh). */
+export function expiryOf(token: string): number | null {
+  return claimOf(token, 'exp');
+}
+
+/** `iat` of a JWT in seconds (the service's clock when it issued the token). */
+export function issuedAtOf(token: string): number | null {
+  return claimOf(token, 'iat');
 }

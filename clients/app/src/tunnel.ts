@@ -23,6 +23,17 @@ export type AppTunnelEvent =
 
 type AppSocket = Socket<ServerToAppEvents, AppToServerEvents>;
 
+/** Calls every listener; one that throws is its own failure, not the tunnel's (the others and the client carry on). */
+function notify<T>(listeners: ReadonlySet<(value: T) => void>, value: T): void {
+  for (const listener of [...listeners]) {
+    try {
+      listener(value);
+    } catch {
+      // the app's listener failed; nothing the tunnel can do for it
+    }
+  }
+}
+
 /** Without `retryAfter`, a `RATE_LIMITED` means 10 seconds (the contract). */
 const DEFAULT_RETRY_AFTER = 10;
 
@@ -72,10 +83,10 @@ export class AppTunnel {
     this.socket.on('connect_error', (error: Error & { data?: unknown }) => void this.onRefused(error));
     this.socket.on('disconnect', (reason: string) => this.onDisconnect(reason));
     this.socket.on('device:status', (status) => {
-      for (const listener of [...this.statusListeners]) listener(status);
+      notify(this.statusListeners, status);
     });
     this.socket.on('tunnel:message', (message) => {
-      for (const listener of [...this.messageListeners]) listener(message);
+      notify(this.messageListeners, message);
     });
     this.socket.on('tunnel:error', (error) => this.onTunnelError(error));
     this.socket.connect();
@@ -144,7 +155,7 @@ export class AppTunnel {
   }
 
   private emit(event: AppTunnelEvent): void {
-    for (const listener of [...this.eventListeners]) listener(event);
+    notify(this.eventListeners, event);
   }
 
   private finish(reason: 'closed' | 'session-ended', message: string): void {

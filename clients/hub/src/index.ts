@@ -121,6 +121,9 @@ export class HubClient {
   private heartbeatMissed = false;
   private cancelBeat: (() => void) | null = null;
   private halted: { reason: StopReason; message: string } | null = null;
+  /** The service's clock minus this one, ms, from the `Date` of its answers: token times are the service's. */
+  private skewMs = 0;
+  private renewPoint: { token: string | null; fraction: number } | null = null;
   private readonly stoppedWith: Promise<{ reason: StopReason; message: string }>;
   private resolveStopped: (value: { reason: StopReason; message: string }) => void = () => undefined;
 
@@ -160,6 +163,7 @@ export class HubClient {
   /** Loads the token, then heartbeats, schedules the renewal and opens the tunnel. */
   async start(): Promise<void> {
     const loaded = await this.options.tokens.load();
+    if (this.halted !== null) return;
     if (loaded === null || loaded.length === 0) {
       this.halt('no-token', 'The token store has no device token');
       return;
@@ -228,6 +232,7 @@ export class HubClient {
   /** A timer that halt() cancels (resolving the wait). */
   private sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
+      if (this.halted !== null) return resolve();
       const done = (): void => {
         this.cancels.delete(cancel);
         resolve();
@@ -242,6 +247,8 @@ export class HubClient {
   }
 
   private later(ms: number, fire: () => void): () => void {
+    // Nothing is armed once the client stopped (a timer would keep the process alive).
+    if (this.halted !== null) return () => undefined;
     const stopTimer = this.timers.after(ms, () => {
       this.cancels.delete(cancel);
       fire();
@@ -261,6 +268,7 @@ export class HubClient {
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
       signal: AbortSignal.timeout(this.options.requestTimeoutMs ?? 10_000),
     });
+    this.observeClock(res.headers.get('Date'));
     let parsed: Record<string, unknown> | null = null;
     try {
       parsed = (await res.json()) as Record<string, unknown>;
@@ -268,6 +276,16 @@ export class HubClient {
       parsed = null;
     }
     return { status: res.status, body: parsed, retryAfter: retryAfterOf(parsed, res.headers.get('Retry-After')) };
+  }
+
+  /** Learns the service's clock from an answer's `Date`; a renewal armed on a clock far off is armed again. */
+  private observeClock(date: string | null): void {
+    const serverMs = date === null ? NaN : Date.parse(date);
+    if (!Number.isFinite(serverMs)) return;
+    const skew = serverMs - this.timers.now();
+    const moved = Math.abs(skew - this.skewMs) > 30_000;
+    this.skewMs = skew;
+    if (moved && this.cancelRenew !== null && this.renewing === null && this.halted === null) this.scheduleRenew();
   }
 
   // Heartbeats ---------------------------------------------------------------------------
@@ -319,10 +337,14 @@ export class HubClient {
       this.emit({ type: 'error', where: 'renew', message: 'the device token has no expiry: renewal not scheduled' });
       return;
     }
-    const [from, to] = this.options.renewBetween ?? [0.5, 0.8];
-    const fraction = from + (to - from) * this.random();
+    // One draw per token: armed again on a new reading of the service's clock, it keeps its place.
+    if (this.renewPoint?.token !== this.token) {
+      const [from, to] = this.options.renewBetween ?? [0.5, 0.8];
+      this.renewPoint = { token: this.token, fraction: from + (to - from) * this.random() };
+    }
+    const fraction = this.renewPoint.fraction;
     const at = (times.iat + fraction * (times.exp - times.iat)) * 1000;
-    this.cancelRenew = this.later(Math.max(0, at - this.timers.now()), () => void this.renew());
+    this.cancelRenew = this.later(Math.max(0, at - (this.timers.now() + this.skewMs)), () => void this.renew());
   }
 
   private async renewLoop(): Promise<boolean> {

@@ -8,7 +8,7 @@ import { errorBody } from './http-errors';
 /**
  * Which tier a request counts against, and under which key (decisions §6): the
  * authentication endpoints per client IP, sync-customer per API key, register per user,
- * heartbeat per device, everything else per user when authenticated, else per IP.
+ * heartbeat per device (and token generation), everything else per user when authenticated, else per IP.
  * A request whose credentials do not check out counts per IP, so floods of bad tokens
  * are limited too. Runs before body parsing, so every response carries the headers.
  */
@@ -66,7 +66,9 @@ export function accountingFor(req: Request, res: Response, deps: Pick<RateLimitD
         try {
           const claims = deps.tokens.verifyDevice(t);
           res.locals.deviceClaims = claims;
-          return { tier: 'heartbeat', key: `device:${claims.deviceUuid}` };
+          // Per token generation: a newer issue revokes the older tokens (decisions §4), so a
+          // stolen one's flood of 401s never spends the budget of the hub's current token.
+          return { tier: 'heartbeat', key: `device:${claims.deviceUuid}:${claims.gen}` };
         } catch {
           // an invalid device token counts per IP
         }

@@ -61,8 +61,10 @@ export function tieredRouteOf(method: string, path: string): TieredRoute | null 
   // Every tiered path starts with one of these, in any letter case: most requests stop here.
   const head = path.slice(0, 8).toLowerCase();
   if (!head.startsWith('/api/v1/') && !head.startsWith('/health') && !head.startsWith('/metrics')) return null;
+  // Express answers HEAD with the GET route of the path (no route here is HEAD's own).
+  const routed = method === 'HEAD' ? 'GET' : method;
   for (const route of matchers) {
-    if (route.method !== null && route.method !== method) continue;
+    if (route.method !== null && route.method !== routed) continue;
     if (route.matches(path) !== false) return route;
   }
   return null;

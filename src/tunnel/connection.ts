@@ -3,7 +3,7 @@ import { TOKEN_MESSAGES } from '../auth/tokens';
 import type { Clock } from '../commands/handler';
 import { UnauthorizedError } from '../domain/errors';
 import type { AppSockets } from './apps';
-import { appSession, errorText, type Authenticated, type Session, type TunnelContext, type TunnelSocket } from './context';
+import { andThen, appSession, errorText, type Authenticated, type Session, type TunnelContext, type TunnelSocket } from './context';
 import type { DeviceSockets } from './devices';
 import { TunnelFailure, TUNNEL_MESSAGES } from './errors';
 import { UNAUTHORIZED, type SubscribeAck, type TunnelError } from './events';
@@ -135,7 +135,10 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
       throw new TunnelFailure('FORBIDDEN', TUNNEL_MESSAGES.devicesCannotSubscribe);
     };
     const failedSubscribe = (error: TunnelError): SubscribeAck => ({ success: false, error });
-    socket.on('tunnel:subscribe', (...args: unknown[]) => runner.run(session, args, failedSubscribe, refuseSubscribe));
+    // Counted per principal before it is judged, as an app's is (decisions §6): refused all the
+    // same, but a flood is told RATE_LIMITED past the tier.
+    const countedRefusal = () => andThen(runner.consume(session, 'subscribe'), refuseSubscribe);
+    socket.on('tunnel:subscribe', (...args: unknown[]) => runner.run(session, args, failedSubscribe, countedRefusal));
     socket.on('tunnel:unsubscribe', (...args: unknown[]) => runner.run(session, args, failedSubscribe, refuseSubscribe));
     socket.on('tunnel:message', (...args: unknown[]) => devices.onMessage(session, args));
     // Replaced or revoked between the claim and this moment: it is over already.

@@ -64,7 +64,13 @@ export function restoredPosition(body: SnapshotBody): GlobalPosition | null {
 
 /** Whether every position the body holds is within the log (a snapshot ahead of its log belongs to another one). */
 async function beyondLog(body: SnapshotBody, eventStore: EventStore): Promise<string | null> {
-  const head = await eventStore.headPosition();
+  let head: GlobalPosition | null;
+  try {
+    head = await eventStore.headPosition();
+  } catch (error) {
+    // An embedded log opened read-only (a full disk) cannot say: the whole log is replayed instead.
+    return `the log's head could not be read to check it (${error instanceof Error ? error.message : String(error)})`;
+  }
   for (const position of [positionOf(body)]) {
     if (position === null) continue;
     if (head === null || comparePositions(parsePosition(position), head) > 0) {

@@ -104,7 +104,31 @@ export async function startLiveFeed(
   let stopped = false;
   let subscription: Subscription | null = null;
   let wake: () => void = () => undefined;
-  const follow = async (start: GlobalPosition | null): Promise<void> => {
+  const pause = (): Promise<void> =>
+    new Promise<void>((resolve) => {
+      wake = resolve;
+      setTimeout(resolve, RESUBSCRIBE_MS).unref();
+    });
+  /**
+   * Where the feed starts: the head, so only what happens from now on is acted on. A store
+   * that cannot say (an embedded log refusing writes after a failed one, or opened read-only
+   * on a full disk) appends nothing new meanwhile either: ask again after a pause, without
+   * holding up the start.
+   */
+  const head = async (): Promise<GlobalPosition | null | undefined> => {
+    for (let attempt = 0; !stopped; attempt++) {
+      try {
+        return await eventStore.headPosition();
+      } catch (error) {
+        if (attempt === 0) logger.warn({ err: errorText(error) }, 'tunnel: the event store head is unavailable; the device event feed starts once it is');
+        await pause();
+      }
+    }
+    return undefined;
+  };
+  const follow = async (): Promise<void> => {
+    const start = await head();
+    if (start === undefined) return;
     let from = start;
     while (!stopped) {
       const current = eventStore.subscribe({ ...(from !== null ? { fromPosition: from } : {}), streamPrefixes: [STREAM_PREFIXES.device] });
@@ -125,13 +149,10 @@ export async function startLiveFeed(
       }
       await current.close().catch(() => undefined);
       if (stopped) return;
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-        setTimeout(resolve, RESUBSCRIBE_MS).unref();
-      });
+      await pause();
     }
   };
-  const following = follow(await eventStore.headPosition());
+  const following = follow();
 
   return {
     async stop() {

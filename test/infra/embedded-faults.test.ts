@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { CorruptEventLogError, EventStoreUnavailableError, openEmbeddedEventStore, type EmbeddedEventStore, type EmbeddedEventStoreOptions } from '../../src/infra/eventstore/embedded';
 import { newEvent, readAll } from '../contract/eventstore.contract';
 import { Rng } from '../sim/rng';
-import { NO_FAULTS, SimFs } from '../sim/sim-fs';
+import type { OpenMode, StoreFile } from '../../src/infra/eventstore/embedded/io';
+import { NO_FAULTS, SimFs, SimIoError } from '../sim/sim-fs';
 
 const DIR = '/sim/data';
 
@@ -147,39 +148,102 @@ describe('embedded log under faults', () => {
   });
 });
 
+/** The simulated file system with a few scripted moments: a pause right after a rename, one failed directory sync, failed opens. */
+class ScriptedFs extends SimFs {
+  /** Runs after a rename has taken effect, before the rename returns. */
+  afterRename: ((to: string) => Promise<void>) | null = null;
+  failNextDirectorySync = false;
+  failOpen: ((file: string) => boolean) | null = null;
+
+  override async rename(from: string, to: string): Promise<void> {
+    await super.rename(from, to);
+    const pause = this.afterRename;
+    this.afterRename = null;
+    if (pause !== null) await pause(to);
+  }
+
+  override async syncDirectory(directory: string): Promise<void> {
+    if (this.failNextDirectorySync) {
+      this.failNextDirectorySync = false;
+      throw new SimIoError('EIO', 'fsync', directory);
+    }
+    await super.syncDirectory(directory);
+  }
+
+  override async open(file: string, mode: OpenMode): Promise<StoreFile> {
+    if (this.failOpen?.(file) === true) throw new SimIoError('EIO', 'open', file);
+    return super.open(file, mode);
+  }
+}
+
+const COMPACTION_CLOCK_START = Date.UTC(2030, 0, 1);
+const SEGMENT_BYTES = 2000;
+const FILL_EVENTS = 600;
+
+/**
+ * A log of more segments than the handle cap (64) keeps open: the first segment holds three
+ * expired heartbeats and `device-a`'s only event, 600 `device-fill` events fill the rest.
+ * Reopened an hour later, so a reclamation compacts the first segment.
+ */
+async function logToCompact(fs: ScriptedFs): Promise<{ store: EmbeddedEventStore; clock: { now: number } }> {
+  const clock = { now: COMPACTION_CLOCK_START };
+  const options = { now: () => clock.now, segmentBytes: SEGMENT_BYTES };
+  const store = await simStore(fs, options);
+  await store.setStreamMaxAge('heartbeat-1', 60);
+  for (let i = 0; i < 3; i++) await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
+  const target = await store.append('device-a', [newEvent('Target')], 'no_stream');
+  // Behind the reclaimed heartbeats in the first segment: the copy holds it at another offset.
+  expect(Number(target.position.commit)).toBeLessThan(SEGMENT_BYTES);
+  for (let i = 0; i < FILL_EVENTS; i++) await store.append('device-fill', [newEvent(`F${i}`)], 'any');
+  expect(fs.list(DIR).filter((file) => file.name.endsWith('.log')).length).toBeGreaterThan(64 + 1);
+  await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
+  await store.close();
+  fs.processExit();
+  clock.now += 3_600_000;
+  return { store: await simStore(fs, options), clock };
+}
+
 describe('embedded log: reads during a compaction', () => {
   it('never reads a compacted copy with the old offsets, even when the old file was closed for other reads', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'hhc-embedded-faults-'));
-    let now = Date.UTC(2030, 0, 1);
-    const base = { now: () => now, segmentBytes: 600, reclaimIntervalMs: 0, log: () => undefined, onTornTail: () => undefined };
-    try {
-      const store = await openEmbeddedEventStore(dir, base);
-      await store.setStreamMaxAge('heartbeat-1', 60);
-      for (let i = 0; i < 3; i++) await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
-      await store.append('device-a', [newEvent('Target')], 'no_stream');
-      // Enough other segments that reading them all closes the least recently read files.
-      for (let i = 0; i < 300; i++) await store.append('device-fill', [newEvent(`F${i}`)], 'any');
-      await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
-      await store.close();
-      now += 3_600_000;
-      let seen: string[] | Error = [];
-      let compactions = 0;
-      let reopened: EmbeddedEventStore | null = null;
-      reopened = await openEmbeddedEventStore(dir, {
-        ...base,
-        compactionHook: async (step) => {
-          if (step !== 'renamed' || compactions++ > 0 || reopened === null) return;
-          // Between the rename and the swap: read through every other segment, then the one being replaced.
-          await readAll(reopened.readStream('device-fill'));
-          seen = await types(reopened, 'device-a').catch((error: unknown) => error as Error);
-        },
-      });
-      const result = await reopened.reclaimExpired();
-      expect(result.eventsReclaimed).toBeGreaterThan(0);
-      expect(seen).toEqual(['Target']);
-      await reopened.close();
-    } finally {
-      await rm(dir, { recursive: true, force: true });
+    const fs = new ScriptedFs(new Rng(6));
+    const { store } = await logToCompact(fs);
+    let seen: string[] | Error = [];
+    fs.afterRename = async (to) => {
+      expect(to).toBe(`${DIR}/events.log`);
+      // The name now holds the copy, the old segment is still the one in use: read through
+      // more other segments than the handle cap keeps open, then the one being replaced.
+      expect((await readAll(store.readStream('device-fill'))).length).toBe(FILL_EVENTS);
+      seen = await types(store, 'device-a').catch((error: unknown) => error as Error);
+    };
+    const result = await store.reclaimExpired();
+    expect(result.eventsReclaimed).toBe(3);
+    expect(fs.afterRename).toBeNull();
+    expect(seen).toEqual(['Target']);
+    expect(await types(store, 'device-a')).toEqual(['Target']);
+    await store.close();
+  });
+
+  it('swaps the copy in even when the directory sync after its rename fails: a later failed run cannot expose the old offsets', async () => {
+    const fs = new ScriptedFs(new Rng(7));
+    const { store } = await logToCompact(fs);
+    fs.failNextDirectorySync = true;
+    await expect(store.reclaimExpired()).rejects.toThrow('EIO');
+    // A second run that fails before its rename (here: the temporary file cannot be opened).
+    fs.failOpen = (file) => file.endsWith('.compact');
+    await store.reclaimExpired().catch(() => undefined);
+    fs.failOpen = null;
+    expect((await readAll(store.readStream('device-fill'))).length).toBe(FILL_EVENTS);
+    expect(await types(store, 'device-a')).toEqual(['Target']);
+    const replayed: string[] = [];
+    for await (const item of store.subscribe({ streamPrefixes: ['device-'] })) {
+      if (item.kind === 'caught-up') break;
+      replayed.push(item.event.type);
     }
+    expect(replayed).toEqual(['Target', ...Array.from({ length: FILL_EVENTS }, (_, i) => `F${i}`)]);
+    await store.close();
+    fs.crash();
+    const reopened = await simStore(fs, { now: () => COMPACTION_CLOCK_START + 3_600_000, segmentBytes: SEGMENT_BYTES });
+    expect(await types(reopened, 'device-a')).toEqual(['Target']);
+    await reopened.close();
   });
 });

@@ -6,8 +6,11 @@
  *   2. fsync it;
  *   3. rename it over the segment (atomic: readers and a reopen see the old or the new
  *      file whole, never a mix);
- *   4. fsync the directory, making the rename durable;
- *   5. (by the store) swap the open segment and write the new index checkpoint.
+ *   4. (by the store, reclamation.ts) swap the open segment for the copy at once: from the
+ *      rename on, the name holds the copy, so whatever fails later (the directory sync, the
+ *      index checkpoint) must not leave the old segment in use, reading by a name that no
+ *      longer holds its file;
+ *   5. fsync the directory, making the rename durable, and write the new index checkpoint.
  * Before 3 the original is untouched, and a reopen deletes the temporary file. After 3 the
  * new file is complete and synced; its old index checkpoint no longer matches its
  * generation, so a reopen scans the segment and writes a new one. Kept records keep their
@@ -137,7 +140,10 @@ async function filterRecords(segment: Segment, rules: ReadonlyMap<string, Reclai
   return { table, reclaimedThrough, eventsReclaimed };
 }
 
-/** Steps 1–4 above; null when the segment holds nothing to reclaim (its copy is dropped). */
+/**
+ * Steps 1–3 above; null when the segment holds nothing to reclaim (its copy is dropped).
+ * Once it returns a copy, the caller must swap it in before anything else can fail.
+ */
 export async function compactSegment(
   segment: Segment,
   rules: ReadonlyMap<string, ReclaimRule>,
@@ -179,9 +185,6 @@ export async function compactSegment(
     await io.unlink(temporary).catch(() => undefined);
     throw error;
   }
-  await hook('renamed', segment.file);
-  await io.syncDirectory(segment.directory);
-  await hook('directory-synced', segment.file);
   return {
     header,
     table: filtered.table,

@@ -163,7 +163,14 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     return { segmentsCompacted, eventsReclaimed, bytesBefore, bytesAfter: this.totalBytes() };
   }
 
-  /** Step 5 of a compaction: readers move to the new file, the index forgets what was reclaimed. */
+  /**
+   * Steps 4 and 5 of a compaction (see compaction.ts): readers move to the new file and the
+   * index forgets what was reclaimed, in one synchronous step right after the rename, before
+   * anything that may fail. (Were the directory sync to fail first, the old segment would stay
+   * in use with its offsets while its name holds the copy; a later failed attempt unpins it,
+   * the handle cap closes its file and the next read reopens the copy by name.) A crash
+   * before the directory sync may bring the old file back whole: the next open reads it.
+   */
   private async swapIn(old: Segment, compacted: CompactedSegment): Promise<void> {
     const { table, header } = compacted;
     const segment = new Segment(this.directory, header.base, header.generation, null, table.coveredSize, locatorOf(table), this.pool);
@@ -172,6 +179,9 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     for (const [streamName, revision] of compacted.reclaimedThrough) this.index.reclaimThrough(streamName, revision);
     this.recent.forgetRange(old.base, old.base + old.size);
     await old.retire();
+    await this.options.compactionHook('renamed', segment.file);
+    await this.options.io.syncDirectory(this.directory);
+    await this.options.compactionHook('directory-synced', segment.file);
     await writeSegmentIndex(segment.file, header, table, true, this.options.io);
     await this.options.compactionHook('index-written', segment.file);
   }

@@ -35,6 +35,7 @@ import { deviceStream } from '../src/domain/events';
 import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
 import type { EventStore } from '../src/infra/eventstore/port';
 import { TIERS } from '../src/ratelimit/limiter';
+import { heapOwners, ownerGrowth } from './heap-owners';
 
 const ROOT = resolve(__dirname, '..');
 const HUBS = Number(process.env.BENCH_HUBS ?? 20_000);
@@ -45,6 +46,10 @@ const APP_EVERY_MS = Number(process.env.BENCH_APP_EVERY_MS ?? 20);
 const HEAP_SNAPSHOT = process.env.BENCH_HEAP_SNAPSHOT === '1';
 const IDLE_MS = Number(process.env.BENCH_IDLE_SECONDS ?? 10) * 1000;
 const DEVICES_PER_OWNER = 50;
+/** Extra Node options of the service (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`). */
+const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
+/** `memory`: stop after the idle hubs are measured (the service gets SIGTERM: a CPU profile is written). */
+const ONLY_MEMORY = process.env.BENCH_PHASES === 'memory';
 
 const SECRETS = {
   JWT_ACCESS_SECRET: 'bench-access-secret-0123456789abcdef0123456789',
@@ -101,7 +106,7 @@ async function freePort(): Promise<number> {
 }
 
 function startService(env: Record<string, string>, port: number, cwd: string): Service {
-  const child = spawn(process.execPath, ['--heapsnapshot-signal=SIGUSR2', join(ROOT, 'dist', 'main.js')], {
+  const child = spawn(process.execPath, ['--heapsnapshot-signal=SIGUSR2', ...SERVICE_ARGS, join(ROOT, 'dist', 'main.js')], {
     cwd,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: GENEROUS, MAX_DEVICES_PER_USER: '1000', ...SECRETS, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -292,7 +297,8 @@ async function embedded(): Promise<void> {
     await until('first start', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? true : undefined));
     await sleep(3000);
     const before = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
-    const heapBefore = HEAP_SNAPSHOT ? heapComposition(await takeSnapshot(service, cwd)) : null;
+    const snapshotBefore = HEAP_SNAPSHOT ? await takeSnapshot(service, cwd) : null;
+    const heapBefore = snapshotBefore !== null ? heapComposition(snapshotBefore) : null;
 
     t = performance.now();
     const fleet = startFleet(baseUrl, hubs);
@@ -309,11 +315,24 @@ async function embedded(): Promise<void> {
     console.log(`memory per idle hub: RSS ${memory.rssPerHubBytes} B, heap ${memory.heapPerHubBytes} B (RSS ${memory.rssBeforeMiB} → ${memory.rssAfterMiB} MiB)`);
     let heapSnapshotPerHub: number | null = null;
     if (heapBefore !== null) {
-      const heapAfter = heapComposition(await takeSnapshot(service, cwd));
+      const snapshotAfter = await takeSnapshot(service, cwd);
+      const heapAfter = heapComposition(snapshotAfter);
       heapSnapshotPerHub = Math.round((heapAfter.total - heapBefore.total) / HUBS);
       console.log(`heap after GC (snapshots): ${heapSnapshotPerHub} B per hub; what grew, per hub:`);
       for (const row of heapGrowth(heapBefore, heapAfter, HUBS)) console.log(`  ${row.name.padEnd(48)} ${String(row.count).padStart(9)} objects  ${row.perHub} B/hub`);
+      if (snapshotBefore !== null) {
+        console.log('what grew, per hub, by the collection that holds it (bench/heap-owners.ts):');
+        for (const row of ownerGrowth(heapOwners(snapshotBefore), heapOwners(snapshotAfter), HUBS).slice(0, 25)) console.log(`  ${row.owner.padEnd(60)} ${row.perHub} B/hub`);
+      }
       for (const f of readdirSync(cwd).filter((f) => f.endsWith('.heapsnapshot'))) rmSync(join(cwd, f), { force: true });
+    }
+
+    if (ONLY_MEMORY) {
+      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub }, refusals: fleet.refused(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
+      await fleet.stop();
+      service.child.kill('SIGTERM');
+      await service.exited;
+      return;
     }
 
     // The storm.

@@ -148,6 +148,13 @@ function rssBytes(pid: number): number {
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
 }
 
+/** CPU time (user + system) the process has used, seconds: what a busy machine's wall clock cannot say. */
+function cpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+  // utime and stime, fields 14 and 15 of proc(5), in clock ticks (100 a second).
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
 async function heapUsedBytes(baseUrl: string): Promise<number> {
   const text = await (await fetch(`${baseUrl}/metrics`)).text();
   return Number(/^nodejs_heap_size_used_bytes(?:\{[^}]*\})? (\S+)/m.exec(text)?.[1] ?? NaN);
@@ -215,19 +222,21 @@ interface Fleet {
   total(field: 'connected' | 'back' | 'beatsOk' | 'beatsFailed'): number;
   stopped(): Record<string, number>;
   refused(): Record<string, number>;
+  causes(): Record<string, number>;
   mark(): void;
   stop(): Promise<void>;
 }
 
 function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
   const reports = new Map<ChildProcess, WorkerReport>();
+  let stopping: Promise<void> | undefined;
   const workers = Array.from({ length: WORKERS }, (_, w) => {
     const worker = fork(join(__dirname, 'storm-fleet.ts'), [], { execArgv: ['--import', 'tsx', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     worker.on('message', (message: WorkerReport) => reports.set(worker, message));
     worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w) } satisfies WorkerMessage);
     return worker;
   });
-  progress = () => `connected ${[...reports.values()].reduce((n, r) => n + r.connected, 0)}, back ${[...reports.values()].reduce((n, r) => n + r.back, 0)}, reconnects ${[...reports.values()].reduce((n, r) => n + r.reconnects, 0)}`;
+  progress = () => `connected ${[...reports.values()].reduce((n, r) => n + r.connected, 0)}, back ${[...reports.values()].reduce((n, r) => n + r.back, 0)}, reconnects ${[...reports.values()].reduce((n, r) => n + r.reconnects, 0)}, refused ${JSON.stringify(merge((r) => r.refused))}, causes ${JSON.stringify(merge((r) => r.causes))}, load ${loadavg()[0]?.toFixed(1) ?? '?'}`;
   const merge = (pick: (r: WorkerReport) => Record<string, number>): Record<string, number> => {
     const out: Record<string, number> = {};
     for (const r of reports.values()) for (const [k, v] of Object.entries(pick(r))) out[k] = (out[k] ?? 0) + v;
@@ -239,16 +248,22 @@ function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
     total: (field) => [...reports.values()].reduce((sum, r) => sum + r[field], 0),
     stopped: () => merge((r) => r.stopped),
     refused: () => merge((r) => r.refused),
+    causes: () => merge((r) => r.causes),
     mark: () => {
       reports.clear();
       for (const w of workers) w.send({ kind: 'mark' } satisfies WorkerMessage);
     },
-    stop: async () => {
-      await Promise.all(workers.map((w) => new Promise<void>((r) => {
-        w.once('exit', () => r());
-        w.send({ kind: 'stop' } satisfies WorkerMessage);
-      })));
-    },
+    stop: () =>
+      (stopping ??= Promise.all(
+        workers.map((w) =>
+          w.exitCode !== null || w.signalCode !== null
+            ? undefined
+            : new Promise<void>((r) => {
+                w.once('exit', () => r());
+                w.send({ kind: 'stop' } satisfies WorkerMessage);
+              }),
+        ),
+      ).then(() => undefined)),
   };
 }
 
@@ -283,6 +298,8 @@ function appLoop(baseUrl: string, accessToken: string): { stop(): Promise<Array<
 async function embedded(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'hhc-storm-'));
   const cwd = mkdtempSync(join(tmpdir(), 'hhc-storm-cwd-'));
+  // On failure too: no service or fleet is left behind.
+  const cleanup: Array<() => unknown> = [];
   try {
     let t = performance.now();
     const store = await openEmbeddedEventStore(dataDir);
@@ -294,6 +311,7 @@ async function embedded(): Promise<void> {
     const baseUrl = `http://127.0.0.1:${port}`;
     const env = { DATA_DIR: dataDir };
     let service = startService(env, port, cwd);
+    cleanup.push(() => service.child.kill('SIGKILL'));
     await until('first start', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? true : undefined));
     await sleep(3000);
     const before = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
@@ -301,9 +319,12 @@ async function embedded(): Promise<void> {
     const heapBefore = snapshotBefore !== null ? heapComposition(snapshotBefore) : null;
 
     t = performance.now();
+    const cpuBefore = cpuSeconds(service.child.pid ?? 0);
     const fleet = startFleet(baseUrl, hubs);
+    cleanup.push(() => fleet.stop());
     await until('every hub connected', () => (fleet.total('connected') >= HUBS ? true : undefined), 250);
-    console.log(`${HUBS} hubs connected in ${((performance.now() - t) / 1000).toFixed(1)} s (refusals ${JSON.stringify(fleet.refused())})`);
+    const connectCpuMsPerHub = ((cpuSeconds(service.child.pid ?? 0) - cpuBefore) * 1000) / HUBS;
+    console.log(`${HUBS} hubs connected in ${((performance.now() - t) / 1000).toFixed(1)} s, service CPU ${connectCpuMsPerHub.toFixed(2)} ms per hub, load ${loadavg()[0]?.toFixed(1)} (refusals ${JSON.stringify(fleet.refused())}, reconnections ${JSON.stringify(fleet.causes())})`);
     await sleep(IDLE_MS);
     const after = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
     const memory = {
@@ -328,7 +349,7 @@ async function embedded(): Promise<void> {
     }
 
     if (ONLY_MEMORY) {
-      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub }, refusals: fleet.refused(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
+      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub }, connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)), refusals: fleet.refused(), reconnections: fleet.causes(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
       await fleet.stop();
       service.child.kill('SIGTERM');
       await service.exited;
@@ -354,6 +375,7 @@ async function embedded(): Promise<void> {
       mode: 'embedded',
       hubs: HUBS,
       memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub },
+      connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)),
       healthAfterKillMs: health,
       devicesAfterKillMs: devices,
       allHubsBackAfterKillMs: allBack,
@@ -368,6 +390,7 @@ async function embedded(): Promise<void> {
     service.child.kill('SIGTERM');
     await service.exited;
   } finally {
+    for (const step of cleanup.reverse()) await Promise.resolve(step()).catch(() => undefined);
     rmSync(dataDir, { recursive: true, force: true });
     rmSync(cwd, { recursive: true, force: true });
   }
@@ -420,7 +443,8 @@ async function distributed(): Promise<void> {
   try {
     const portA = await freePort();
     const portB = await freePort();
-    const env = { ...stack.env };
+    // Distributed mode has no default secrets.
+    const env = { ...stack.env, DATA_KEY_ENCRYPTION_KEY: 'bench-data-key-encryption-key-0123456789abcdef' };
     const a = startService(env, portA, cwd);
     await until('A', async () => ((await answers(`http://127.0.0.1:${portA}/api/v1/health/ready`)) ? true : undefined), 100);
     const b = startService({ ...env, ROLES: 'api' }, portB, cwd);

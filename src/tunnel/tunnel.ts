@@ -3,6 +3,8 @@ import { Server } from 'socket.io';
 import { appOriginOf } from '../api/middleware';
 import type { AccessRevocations } from '../auth/access-revocations';
 import type { Tokens } from '../auth/tokens';
+import type { StateCache } from '../commands/handler';
+import type { DeviceState } from '../domain/device';
 import { systemClock, type Clock } from '../commands/handler';
 import type { EventStore } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
@@ -70,6 +72,8 @@ export interface TunnelDeps {
   readonly readStore?: ReadStore;
   /** Deactivated accounts: their app sockets are told ACCESS_REVOKED and closed. */
   readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked' | 'isRevoked'>;
+  /** The heartbeat path's device folds: the tunnel starts from them and keeps the same ones (src/tunnel/access.ts). */
+  readonly deviceStates?: Pick<StateCache<DeviceState>, 'get'>;
   /** Told of a device stream whose token generation changed or that was deleted, on any process. */
   readonly onDeviceRevoked?: (streamName: string) => void;
 }
@@ -126,7 +130,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     logger,
     now: () => clock.now().toISOString(),
     cluster,
-    access: createDeviceAccess(deps.eventStore, { maxEntries: options.accessCacheSize, now: () => Date.now() }),
+    access: createDeviceAccess(deps.eventStore, { maxEntries: options.accessCacheSize, now: () => Date.now(), shared: deps.deviceStates }),
     sessions: createSessions(),
     readStore: deps.readStore,
     onRelayed: deps.onRelayed,

@@ -1,4 +1,4 @@
-import type { Server as HttpServer } from 'node:http';
+import { ServerResponse, type IncomingMessage, type Server as HttpServer } from 'node:http';
 import { Server } from 'socket.io';
 import { appOriginOf } from '../api/middleware';
 import type { AccessRevocations } from '../auth/access-revocations';
@@ -119,6 +119,13 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     allowRequest: (_req, callback) => callback(closing ? 'shutting down' : null, !closing),
     ...(cluster.adapter !== undefined ? { adapter: cluster.adapter } : {}),
     ...(origin !== undefined ? { cors: { origin, credentials: true } } : {}),
+  });
+  // engine.io hands the middlewares a stand-in response for a WebSocket upgrade, which keeps the
+  // upgrade request (headers, raw headers, query) for as long as the TCP connection lives (a
+  // `close` listener on it holds the stand-in). Last of the middlewares: once they ran, it lets go.
+  io.engine.use((_req: IncomingMessage, res: unknown, next: (error?: unknown) => void) => {
+    if (!(res instanceof ServerResponse) && typeof res === 'object' && res !== null) (res as { req: unknown }).req = null;
+    next();
   });
   // Nothing lives in the main namespace.
   io.of('/').use((_socket, next) => next(handshakeError(UNAUTHORIZED, 'Connect to the /tunnel namespace')));

@@ -6,7 +6,7 @@ import { createConnection, type Socket } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { api, CRM_KEY, GENEROUS_RATE_LIMITS, MODES, type Mode } from '../support/harness';
 import { requestResetToken } from '../support/accounts';
-import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { startServerProcess, TEST_SECRETS, type ServerProcess, PROCESS_TEST_TIMEOUT_MS } from '../support/server';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 import { scrape } from '../support/metrics';
 import { startStack, type Stack } from '../support/stack';
@@ -67,7 +67,7 @@ describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
       env = { ...stack.env };
     }
     server = await startServerProcess({ ...TEST_SECRETS, ...env, SMTP_URL: smtp.url, RATE_LIMITS: GENEROUS_RATE_LIMITS });
-  }, 60_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
   afterAll(async () => {
     await server?.kill();
     await stack?.stop();
@@ -156,7 +156,7 @@ describe('SIGTERM while Redis is down (distributed mode)', () => {
   beforeAll(async () => {
     stack = await startStack();
     server = await startServerProcess({ ...TEST_SECRETS, ...stack.env, RATE_LIMITS: GENEROUS_RATE_LIMITS });
-  }, 60_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
   afterAll(async () => {
     await server?.kill();
     await stack?.stop();

@@ -112,10 +112,13 @@ describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
     );
     // Signal once every login is inside the process: received and not yet answered, or answered
     // (the scrape itself is one of the requests in flight). A connection still in the listen
-    // backlog when the listener closes is refused, not in flight.
+    // backlog when the listener closes is refused, not in flight. `answered` is read before the
+    // scrape: a login answered while the scrape runs is then counted in neither, never in both
+    // (counted twice, it would let the signal go while another login was still on its way).
     for (let settled = false; !settled; ) {
+      const answeredBefore = answered;
       const inFlight = (await scrape(target)).value('http_requests_in_flight') - 1;
-      settled = answered + inFlight >= IN_FLIGHT;
+      settled = answeredBefore + inFlight >= IN_FLIGHT;
       if (!settled) await new Promise((resolve) => setImmediate(resolve));
     }
     const unanswered = IN_FLIGHT - answered;

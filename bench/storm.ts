@@ -440,14 +440,18 @@ async function distributed(): Promise<void> {
   const { startStack } = await import('../test/support/stack');
   const stack = await startStack();
   const cwd = mkdtempSync(join(tmpdir(), 'hhc-storm-cwd-'));
+  // On failure too: no service or fleet is left behind.
+  const cleanup: Array<() => unknown> = [];
   try {
     const portA = await freePort();
     const portB = await freePort();
     // Distributed mode has no default secrets.
     const env = { ...stack.env, DATA_KEY_ENCRYPTION_KEY: 'bench-data-key-encryption-key-0123456789abcdef' };
     const a = startService(env, portA, cwd);
+    cleanup.push(() => a.child.kill('SIGKILL'));
     await until('A', async () => ((await answers(`http://127.0.0.1:${portA}/api/v1/health/ready`)) ? true : undefined), 100);
     const b = startService({ ...env, ROLES: 'api' }, portB, cwd);
+    cleanup.push(() => b.child.kill('SIGKILL'));
     await until('B', async () => ((await answers(`http://127.0.0.1:${portB}/api/v1/health/ready`)) ? true : undefined), 100);
     let live = [portA];
     const lb = await balancer(() => live);
@@ -465,8 +469,13 @@ async function distributed(): Promise<void> {
             const user = tokens.signAccess({ sub, email: `o${Math.floor(n / DEVICES_PER_OWNER)}@example.com`, role: 'user' });
             const uuid = randomUUID();
             const headers = { Authorization: `Bearer ${user}`, 'Content-Type': 'application/json' };
-            const reg = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/register`, { method: 'POST', headers, body: JSON.stringify({ uuid, deviceId: `HUB-${n}`, name: `Hub ${n}` }) });
-            if (reg.status !== 201) throw new Error(`register answered ${reg.status}: ${await reg.text()}`);
+            // A busy machine can make the read-your-writes wait answer 503: the same device again (409 then means it was registered).
+            let reg = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/register`, { method: 'POST', headers, body: JSON.stringify({ uuid, deviceId: `HUB-${n}`, name: `Hub ${n}` }) });
+            for (let attempt = 0; reg.status === 503 && attempt < 5; attempt++) {
+              await sleep(1000);
+              reg = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/register`, { method: 'POST', headers, body: JSON.stringify({ uuid, deviceId: `HUB-${n}`, name: `Hub ${n}` }) });
+            }
+            if (reg.status !== 201 && reg.status !== 409) throw new Error(`register answered ${reg.status}: ${await reg.text()}`);
             const issued = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/auth/${uuid}`, { method: 'POST', headers });
             return { uuid, token: ((await issued.json()) as { token: string }).token };
           }),
@@ -475,6 +484,7 @@ async function distributed(): Promise<void> {
     }
     console.log(`registered ${HUBS} hubs in ${((performance.now() - t) / 1000).toFixed(1)} s`);
     const fleet = startFleet(baseUrl, hubs);
+    cleanup.push(() => fleet.stop());
     await until('every hub connected to A', () => (fleet.total('connected') >= HUBS ? true : undefined), 250);
     live = [portA, portB];
     fleet.mark();
@@ -489,6 +499,7 @@ async function distributed(): Promise<void> {
     b.child.kill('SIGTERM');
     await b.exited;
   } finally {
+    for (const step of cleanup.reverse()) await Promise.resolve(step()).catch(() => undefined);
     await stack.stop();
     rmSync(cwd, { recursive: true, force: true });
   }

@@ -10,6 +10,12 @@ export interface OutgoingMail {
   readonly to: string;
   readonly subject: string;
   readonly text: string;
+  /**
+   * What the log may show of this mail when it is written there (no SMTP_URL): the
+   * recipient named by a non-personal id and the text without the person's address or name,
+   * so an erasure leaves nothing of theirs in the log (decisions §11).
+   */
+  readonly forLog: { readonly to: string; readonly text: string };
 }
 
 export interface Mailer {
@@ -34,7 +40,7 @@ export function createSmtpMailer(smtpUrl: string, from: string): Mailer {
 export function createLogMailer(logger: Logger, from: string): Mailer {
   return {
     async send(mail) {
-      logger.info({ mail: { from, to: mail.to, subject: mail.subject, text: mail.text } }, 'SMTP_URL is not set: mail written to the log instead of sent');
+      logger.info({ mail: { from, to: mail.forLog.to, subject: mail.subject, text: mail.forLog.text } }, 'SMTP_URL is not set: mail written to the log instead of sent');
     },
     close: () => undefined,
   };

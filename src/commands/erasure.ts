@@ -7,8 +7,10 @@ import type { RevokeReason } from '../domain/session';
 import { USER_MESSAGES, userDecider, type ErasureReason } from '../domain/user';
 import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
-import { deviceSubject, userSubject, type Keyring } from '../privacy/keyring';
+import { DataKeyUnreadableError, deviceSubject, userSubject, type Keyring } from '../privacy/keyring';
+import { ERASED } from '../privacy/personal-fields';
 import { DEVICES_COLLECTION, type DeviceDoc } from '../projections/devices';
+import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
 import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
 
@@ -25,6 +27,11 @@ import { handleCommand, loadAggregate, type Clock, type CommandContext } from '.
  *   6. `afterErasure` (embedded mode: a new start snapshot, so the old one, which held
  *      their read-model documents, is replaced on disk).
  * Every step is idempotent, so an erasure that failed half-way is finished by asking again.
+ *
+ * A data key of the person (or of a device linked to them) that is kept but damaged (it does
+ * not open: DataKeyUnreadableError, a 503 everywhere else) does not block their erasure: what
+ * it sealed is lost already, so the erasure destroys that key first and goes on, every field it
+ * sealed reading "[erased]"; the e-mail to release then comes from the users read model.
  */
 
 export interface ErasureDeps {
@@ -99,10 +106,11 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
     return deleted;
   };
 
-  const erase = async (userId: string, reason: ErasureReason, ctx: CommandContext): Promise<void> => {
+  const erase = async (userId: string, reason: ErasureReason, ctx: CommandContext, knownEmail: string | null): Promise<void> => {
     const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
     if (!before.state.exists) return;
-    const { email, syncId } = before.state;
+    const { syncId } = before.state;
+    const email = before.state.email === ERASED ? knownEmail : before.state.email;
     const seen: { last: GlobalPosition | null } = { last: null };
     const track = (position: GlobalPosition | null): void => {
       if (position !== null) seen.last = position;
@@ -118,7 +126,7 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
       clock,
     );
     track(erased.position);
-    await deps.releaseEmail(email, userId, asSystem(ctx));
+    if (email !== null) await deps.releaseEmail(email, userId, asSystem(ctx));
     const released = await handleCommand(
       eventStore,
       crmReservation,
@@ -131,6 +139,29 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
     await deps.keyring.destroy([userSubject(userId), ...devices.map(deviceSubject)], userId);
     if (seen.last !== null) await deps.watermark.waitFor(seen.last, deps.readYourWritesTimeoutMs);
     await deps.afterErasure?.();
+  };
+
+  /**
+   * Runs `work` (reads of the person's events included); a damaged key of the person, or of a
+   * device linked to them, is destroyed and `work` run again, once per key.
+   */
+  const despiteDamagedKeys = async <T>(userId: string, work: (knownEmail: string | null) => Promise<T>): Promise<T> => {
+    const destroyed = new Set<string>();
+    let knownEmail: string | null = null;
+    for (;;) {
+      try {
+        return await work(knownEmail);
+      } catch (error) {
+        if (!(error instanceof DataKeyUnreadableError) || destroyed.has(error.subject)) throw error;
+        const linked = await readStore.collection<DeviceDoc>(DEVICES_COLLECTION).find({ where: { 'users.userId': userId } });
+        const ours = new Set([userSubject(userId), ...linked.map((d) => deviceSubject(d.uuid))]);
+        if (!ours.has(error.subject)) throw error;
+        // Taken before the person's own key goes: their reservation is named by their address.
+        knownEmail ??= (await readStore.collection<UserDoc>(USERS_COLLECTION).get(userId))?.email ?? null;
+        await deps.keyring.destroy([error.subject]);
+        destroyed.add(error.subject);
+      }
+    }
   };
 
   return {
@@ -147,25 +178,28 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
         }
       }
       if (owner !== null) {
-        await erase(owner, 'crm', ctx);
-        return { userId: owner };
+        const erased = owner;
+        await despiteDamagedKeys(erased, (knownEmail) => erase(erased, 'crm', ctx, knownEmail));
+        return { userId: erased };
       }
       // Erased before: the same answer again, if that user really was erased (not merely renumbered).
       if (lastReleased !== null && (await wasErased(eventStore, lastReleased))) return { userId: lastReleased };
       throw new NotFoundError(USER_MESSAGES.notFound);
     },
     async eraseUser(userId, reason, ctx) {
-      const known = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
-      if (!known.state.exists) {
-        if (await wasErased(eventStore, userId)) return;
-        throw new NotFoundError(USER_MESSAGES.notFound);
-      }
-      try {
-        await erase(userId, reason, ctx);
-      } catch (error) {
-        if (error instanceof ConflictError) throw new ConflictError('The account was changed concurrently, please retry');
-        throw error;
-      }
+      await despiteDamagedKeys(userId, async (knownEmail) => {
+        const known = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
+        if (!known.state.exists) {
+          if (await wasErased(eventStore, userId)) return;
+          throw new NotFoundError(USER_MESSAGES.notFound);
+        }
+        try {
+          await erase(userId, reason, ctx, knownEmail);
+        } catch (error) {
+          if (error instanceof ConflictError) throw new ConflictError('The account was changed concurrently, please retry');
+          throw error;
+        }
+      });
     },
   };
 }

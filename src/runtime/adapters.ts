@@ -11,7 +11,7 @@ import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/i
 import type { ReadStore } from '../infra/readstore/port';
 import { derivePrivacyKeys, type PrivacyKeys } from '../privacy/crypto';
 import { createPrivateEventStore } from '../privacy/event-store';
-import { createKeyring, type Keyring } from '../privacy/keyring';
+import { checkKeyEncryptionKey, createKeyring, KeyEncryptionKeyMismatchError, type Keyring } from '../privacy/keyring';
 import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
 import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
 import { resolveEmbeddedSecrets } from '../secrets';
@@ -44,6 +44,21 @@ export interface Infrastructure {
 /** Held in Redis by the active projector (distributed mode); the rebuild asks whether one runs. */
 export const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
 
+/**
+ * The key-encryption key against the key store's check value (src/privacy/keyring.ts), before
+ * anything reads or seals: a key that is not the store's refuses the start with one clear log
+ * line (which never holds a key), rather than serving with every personal read failing.
+ */
+async function checkKeyStore(credentials: CredentialStore, keys: PrivacyKeys, logger: Logger): Promise<void> {
+  try {
+    if ((await checkKeyEncryptionKey(credentials, keys.keyEncryptionKey)) === 'stored') logger.info('key store: check value of DATA_KEY_ENCRYPTION_KEY stored');
+  } catch (error) {
+    if (error instanceof KeyEncryptionKeyMismatchError) logger.error(error.message);
+    await credentials.close().catch(() => undefined);
+    throw error;
+  }
+}
+
 export async function connectInfrastructure(config: Config, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
   if (config.mode === 'embedded') {
     const { secrets, file } = resolveEmbeddedSecrets(config);
@@ -52,6 +67,7 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     }
     const credentials = await openFileCredentialStore(config.dataDir);
     const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(secrets));
+    await checkKeyStore(credentials, privacyKeys, logger);
     const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
     const eventStore = createPrivateEventStore(
       instrumentEventStore(await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) }), appends),
@@ -93,6 +109,13 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
   // The `credentials` collection of the read models' database, on a client of its own.
   const credentials = await openMongoCredentialStore(config.mongodbUri);
   const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(config.secrets));
+  try {
+    await checkKeyStore(credentials, privacyKeys, logger);
+  } catch (error) {
+    subscriber.disconnect();
+    redis.disconnect();
+    throw error;
+  }
   const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
   const eventStore = createPrivateEventStore(instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), appends), { keyring });
   const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {

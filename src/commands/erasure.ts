@@ -19,11 +19,15 @@ import { handleCommand, loadAggregate, type Clock, type CommandContext } from '.
  *   1. each of their links ends (`UserUnlinked`), and a device whose only active owner they
  *      were is deleted (`DeviceDeleted`); all appended with the actor `system`;
  *   2. their refresh-token families are revoked;
- *   3. `UserErased` on their stream: every process refuses their tokens from then on and
- *      closes their sockets, and the users read model drops them;
- *   4. their e-mail and CRM id are released, so a later sync creates a new user;
- *   5. their data key (and the keys of the devices deleted with them) and their password
+ *   3. their data key (and the keys of the devices deleted with them) and their password
  *      hashes are destroyed: every sealed field of theirs in the log reads "[erased]";
+ *   4. `UserErased` on their stream: every process refuses their tokens from then on, closes
+ *      their sockets and drops the keys of 3 from its cache (src/privacy/event-store.ts), and
+ *      the users read model drops them; the erasure waits until every API process has applied
+ *      it (the revocation reach, as deactivations do), so once it answers no process can still
+ *      open the person's data from a cached key (the keys were gone from the store before
+ *      `UserErased`, so a process reading them again finds nothing);
+ *   5. their e-mail and CRM id are released, so a later sync creates a new user;
  *   6. `afterErasure` (embedded mode: a new start snapshot, so the old one, which held
  *      their read-model documents, is replaced on disk).
  * Every step is idempotent, so an erasure that failed half-way is finished by asking again.
@@ -43,6 +47,8 @@ export interface ErasureDeps {
   readonly keyring: Keyring;
   readonly releaseEmail: (email: string, userId: string, ctx: CommandContext) => Promise<void>;
   readonly revokeSessions: (userId: string, reason: RevokeReason, ctx: CommandContext) => Promise<void>;
+  /** Resolves once every API process has applied the log up to `position` (their revocation feeds). */
+  readonly revocationsApplied?: (position: GlobalPosition) => Promise<void>;
   readonly afterErasure?: () => Promise<void>;
 }
 
@@ -110,13 +116,16 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
     const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
     if (!before.state.exists) return;
     const { syncId } = before.state;
-    const email = before.state.email === ERASED ? knownEmail : before.state.email;
+    // "[erased]" when their key is gone already (an erasure that stopped half-way, a damaged
+    // key): their reservation is named by the address the users read model still holds.
+    const email = before.state.email !== ERASED ? before.state.email : (knownEmail ?? (await readStore.collection<UserDoc>(USERS_COLLECTION).get(userId))?.email ?? null);
     const seen: { last: GlobalPosition | null } = { last: null };
     const track = (position: GlobalPosition | null): void => {
       if (position !== null) seen.last = position;
     };
     const devices = await endLinks(userId, ctx, track);
     await deps.revokeSessions(userId, 'erased', asSystem(ctx));
+    await deps.keyring.destroy([userSubject(userId), ...devices.map(deviceSubject)], userId);
     const erased = await handleCommand(
       eventStore,
       userDecider,
@@ -126,7 +135,8 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
       clock,
     );
     track(erased.position);
-    if (email !== null) await deps.releaseEmail(email, userId, asSystem(ctx));
+    if (erased.position !== null) await deps.revocationsApplied?.(erased.position);
+    if (email !== null && email !== ERASED) await deps.releaseEmail(email, userId, asSystem(ctx));
     const released = await handleCommand(
       eventStore,
       crmReservation,
@@ -136,7 +146,6 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
       clock,
     );
     track(released.position);
-    await deps.keyring.destroy([userSubject(userId), ...devices.map(deviceSubject)], userId);
     if (seen.last !== null) await deps.watermark.waitFor(seen.last, deps.readYourWritesTimeoutMs);
     await deps.afterErasure?.();
   };

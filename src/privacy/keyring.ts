@@ -88,7 +88,11 @@ export async function checkKeyEncryptionKey(store: CredentialStore, keyEncryptio
   return outcome;
 }
 
-/** How long an opened key is kept in memory; a key destroyed by another process is gone here after that at the latest. */
+/**
+ * How long an opened key is kept in memory. A key destroyed by an erasure in another process is
+ * dropped sooner: when that erasure's `UserErased` passes this process's subscriptions, which
+ * the erasure waits for in every API process before it answers.
+ */
 const CACHE_MS = 30_000;
 const MAX_CACHED = 50_000;
 /** How often a box naming a key this process does not have makes it ask the store again. */
@@ -105,13 +109,23 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
     if (cache.size > MAX_CACHED) cache.delete(cache.keys().next().value as string);
   };
 
+  // Per subject evicted or destroyed in this process: how many times. A load that was under way
+  // when its subject was evicted looks again rather than keep (and cache) what it read before.
+  const evictions = new Map<string, number>();
+
   const load = async (subject: string): Promise<DataKey | null> => {
     const cached = cache.get(subject);
     if (cached !== undefined && now() - cached.at < CACHE_MS) return cached.key;
+    const evicted = evictions.get(subject);
     const stored = await store.getDataKey(subject);
+    if (evictions.get(subject) !== evicted) return load(subject);
     const key = stored === null ? null : unwrap(subject, stored.id, stored.wrapped);
     remember(subject, key);
     return key;
+  };
+  const evict = (subject: string): void => {
+    cache.delete(subject);
+    evictions.set(subject, (evictions.get(subject) ?? 0) + 1);
   };
 
   const unwrap = (subject: string, id: string, wrapped: string): DataKey => {
@@ -156,10 +170,11 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
     },
     async destroy(subjects, userId) {
       await store.forget({ ...(userId !== undefined ? { userId } : {}), dataKeySubjects: subjects });
-      for (const subject of subjects) remember(subject, null);
+      for (const subject of subjects) {
+        evict(subject);
+        remember(subject, null);
+      }
     },
-    evict(subject) {
-      cache.delete(subject);
-    },
+    evict,
   };
 }

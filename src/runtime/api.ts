@@ -82,6 +82,7 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     keyring: infra.keyring,
     releaseEmail: (email, userId, ctx) => users.releaseEmail(email, userId, ctx),
     revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
+    revocationsApplied: revoked,
     ...(afterErasure !== undefined ? { afterErasure } : {}),
   });
   const tokens = withAccessRevocations(createTokens(infra.secrets), revocations.revocations);

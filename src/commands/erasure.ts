@@ -1,6 +1,6 @@
 import { ConflictError, NotFoundError } from '../domain/errors';
 import { deviceDecider, type DeviceState } from '../domain/device';
-import { deviceStream, userStream } from '../domain/events';
+import { deviceStream, sessionStream, userStream } from '../domain/events';
 import type { Actor } from '../domain/messages';
 import { crmCustomerStream, reservationDecider } from '../domain/reservation';
 import type { RevokeReason } from '../domain/session';
@@ -9,7 +9,9 @@ import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
 import { DataKeyUnreadableError, deviceSubject, userSubject, type Keyring } from '../privacy/keyring';
 import { ERASED } from '../privacy/personal-fields';
+import type { PlaintextEraser, PlaintextReport } from '../privacy/plaintext';
 import { DEVICES_COLLECTION, type DeviceDoc } from '../projections/devices';
+import { SESSIONS_COLLECTION, type SessionDoc } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
 import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
@@ -20,7 +22,9 @@ import { handleCommand, loadAggregate, type Clock, type CommandContext } from '.
  *      were is deleted (`DeviceDeleted`); all appended with the actor `system`;
  *   2. their refresh-token families are revoked;
  *   3. their data key (and the keys of the devices deleted with them) and their password
- *      hashes are destroyed: every sealed field of theirs in the log reads "[erased]";
+ *      hashes are destroyed: every sealed field of theirs in the log reads "[erased]"; what
+ *      events written before sealing hold of theirs in the clear is rewritten erased
+ *      (embedded) or reported (distributed: `plaintext`, src/privacy/plaintext.ts);
  *   4. `UserErased` on their stream: every process refuses their tokens from then on, closes
  *      their sockets and drops the keys of 3 from its cache (src/privacy/event-store.ts), and
  *      the users read model drops them; the erasure waits until every API process has applied
@@ -47,6 +51,13 @@ export interface ErasureDeps {
   readonly keyring: Keyring;
   readonly releaseEmail: (email: string, userId: string, ctx: CommandContext) => Promise<void>;
   readonly revokeSessions: (userId: string, reason: RevokeReason, ctx: CommandContext) => Promise<void>;
+  /**
+   * Personal fields of the person that events written before sealing hold in the clear:
+   * rewritten erased where the log can (embedded), reported where it cannot (distributed).
+   */
+  readonly plaintext?: PlaintextEraser;
+  /** Told of what `plaintext` could not rewrite (stream names and a count, never data). */
+  readonly onPlaintextLeft?: (report: PlaintextReport) => void;
   /** Resolves once every API process has applied the log up to `position` (their revocation feeds). */
   readonly revocationsApplied?: (position: GlobalPosition) => Promise<void>;
   readonly afterErasure?: () => Promise<void>;
@@ -123,9 +134,17 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
     const track = (position: GlobalPosition | null): void => {
       if (position !== null) seen.last = position;
     };
+    // Their sessions' streams, found while the sessions read model still lists them.
+    const sessions = await readStore.collection<SessionDoc>(SESSIONS_COLLECTION).find({ where: { userId } });
     const devices = await endLinks(userId, ctx, track);
     await deps.revokeSessions(userId, 'erased', asSystem(ctx));
-    await deps.keyring.destroy([userSubject(userId), ...devices.map(deviceSubject)], userId);
+    const subjects = [userSubject(userId), ...devices.map(deviceSubject)];
+    await deps.keyring.destroy(subjects, userId);
+    if (deps.plaintext !== undefined) {
+      const streams = [userStream(userId), ...sessions.map((s) => sessionStream(s.id)), ...devices.map(deviceStream)];
+      const report = await deps.plaintext({ subjects, streams });
+      if (report.left.length > 0) deps.onPlaintextLeft?.(report);
+    }
     const erased = await handleCommand(
       eventStore,
       userDecider,

@@ -11,6 +11,7 @@ import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/i
 import type { ReadStore } from '../infra/readstore/port';
 import { derivePrivacyKeys, type PrivacyKeys } from '../privacy/crypto';
 import { createPrivateEventStore } from '../privacy/event-store';
+import { redactedPlaintext, type PlaintextEraser } from '../privacy/plaintext';
 import { checkKeyEncryptionKey, createKeyring, KeyEncryptionKeyMismatchError, type Keyring } from '../privacy/keyring';
 import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
 import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
@@ -36,6 +37,11 @@ export interface Infrastructure {
   /** The data keys of crypto-shredding (decisions §11), kept in `credentials`. */
   readonly keyring: Keyring;
   readonly privacyKeys: PrivacyKeys;
+  /**
+   * Personal fields of an erased person that events written before sealing hold in the clear:
+   * rewritten with them erased (embedded), found and reported (distributed).
+   */
+  readonly plaintext: PlaintextEraser;
   /** Embedded mode: the start snapshot restored (if any) and how to take a new one. Distributed: null. */
   readonly snapshot: StartSnapshot | null;
   readonly close: () => Promise<void>;
@@ -69,10 +75,16 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(secrets));
     await checkKeyStore(credentials, privacyKeys, logger);
     const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
-    const eventStore = createPrivateEventStore(
-      instrumentEventStore(await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) }), appends),
-      { keyring },
-    );
+    const log = await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) });
+    const eventStore = createPrivateEventStore(instrumentEventStore(log, appends), { keyring });
+    const plaintext: PlaintextEraser = async ({ subjects, streams }) => {
+      const erased = new Set(subjects);
+      const { eventsRewritten } = await log.rewriteStreams(streams, (streamName, event) => {
+        const data = redactedPlaintext(event.type, streamName, event.data, erased);
+        return data === null ? null : { ...event, data };
+      });
+      return { rewritten: eventsRewritten, left: [], leftEvents: 0 };
+    };
     const snapshotAt = snapshotFile(config.dataDir);
     const restored = await loadStartSnapshot(snapshotAt, snapshotVersion(config.version), eventStore, logger);
     const readModels = await openMemoryReadModels(eventStore, restored?.readModels);
@@ -91,6 +103,7 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
       credentials,
       keyring,
       privacyKeys,
+      plaintext,
       snapshot: { file: snapshotAt, restored, exportReadModels: () => readModels.exportServed() },
       close: async () => {
         await watermark.close();
@@ -117,7 +130,21 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     throw error;
   }
   const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
-  const eventStore = createPrivateEventStore(instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), appends), { keyring });
+  const esdb = createEsdbEventStore(config.eventStoreUrl);
+  const eventStore = createPrivateEventStore(instrumentEventStore(esdb, appends), { keyring });
+  // EventStoreDB cannot rewrite an event: what is left in the clear is found and reported.
+  const plaintext: PlaintextEraser = async ({ subjects, streams }) => {
+    const erased = new Set(subjects);
+    const left: string[] = [];
+    let leftEvents = 0;
+    for (const stream of streams) {
+      let here = 0;
+      for await (const event of esdb.readStream(stream)) if (redactedPlaintext(event.type, stream, event.data, erased) !== null) here++;
+      if (here > 0) left.push(stream);
+      leftEvents += here;
+    }
+    return { rewritten: 0, left, leftEvents };
+  };
   const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
     isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
   });
@@ -133,6 +160,7 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     credentials,
     keyring,
     privacyKeys,
+    plaintext,
     snapshot: null,
     close: async () => {
       await watermark.close();

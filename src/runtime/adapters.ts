@@ -11,7 +11,8 @@ import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/i
 import type { ReadStore } from '../infra/readstore/port';
 import { derivePrivacyKeys, type PrivacyKeys } from '../privacy/crypto';
 import { createPrivateEventStore } from '../privacy/event-store';
-import { createKeyring, type Keyring } from '../privacy/keyring';
+import { redactedPlaintext, type PlaintextEraser } from '../privacy/plaintext';
+import { checkKeyEncryptionKey, createKeyring, KeyEncryptionKeyMismatchError, type Keyring } from '../privacy/keyring';
 import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
 import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
 import { resolveEmbeddedSecrets } from '../secrets';
@@ -36,6 +37,11 @@ export interface Infrastructure {
   /** The data keys of crypto-shredding (decisions §11), kept in `credentials`. */
   readonly keyring: Keyring;
   readonly privacyKeys: PrivacyKeys;
+  /**
+   * Personal fields of an erased person that events written before sealing hold in the clear:
+   * rewritten with them erased (embedded), found and reported (distributed).
+   */
+  readonly plaintext: PlaintextEraser;
   /** Embedded mode: the start snapshot restored (if any) and how to take a new one. Distributed: null. */
   readonly snapshot: StartSnapshot | null;
   readonly close: () => Promise<void>;
@@ -43,6 +49,21 @@ export interface Infrastructure {
 
 /** Held in Redis by the active projector (distributed mode); the rebuild asks whether one runs. */
 export const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
+
+/**
+ * The key-encryption key against the key store's check value (src/privacy/keyring.ts), before
+ * anything reads or seals: a key that is not the store's refuses the start with one clear log
+ * line (which never holds a key), rather than serving with every personal read failing.
+ */
+async function checkKeyStore(credentials: CredentialStore, keys: PrivacyKeys, logger: Logger): Promise<void> {
+  try {
+    if ((await checkKeyEncryptionKey(credentials, keys.keyEncryptionKey)) === 'stored') logger.info('key store: check value of DATA_KEY_ENCRYPTION_KEY stored');
+  } catch (error) {
+    if (error instanceof KeyEncryptionKeyMismatchError) logger.error(error.message);
+    await credentials.close().catch(() => undefined);
+    throw error;
+  }
+}
 
 export async function connectInfrastructure(config: Config, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
   if (config.mode === 'embedded') {
@@ -52,11 +73,18 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     }
     const credentials = await openFileCredentialStore(config.dataDir);
     const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(secrets));
+    await checkKeyStore(credentials, privacyKeys, logger);
     const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
-    const eventStore = createPrivateEventStore(
-      instrumentEventStore(await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) }), appends),
-      { keyring },
-    );
+    const log = await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) });
+    const eventStore = createPrivateEventStore(instrumentEventStore(log, appends), { keyring });
+    const plaintext: PlaintextEraser = async ({ subjects, streams }) => {
+      const erased = new Set(subjects);
+      const { eventsRewritten } = await log.rewriteStreams(streams, (streamName, event) => {
+        const data = redactedPlaintext(event.type, streamName, event.data, erased);
+        return data === null ? null : { ...event, data };
+      });
+      return { rewritten: eventsRewritten, left: [], leftEvents: 0 };
+    };
     const snapshotAt = snapshotFile(config.dataDir);
     const restored = await loadStartSnapshot(snapshotAt, snapshotVersion(config.version), eventStore, logger);
     const readModels = await openMemoryReadModels(eventStore, restored?.readModels);
@@ -75,6 +103,7 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
       credentials,
       keyring,
       privacyKeys,
+      plaintext,
       snapshot: { file: snapshotAt, restored, exportReadModels: () => readModels.exportServed() },
       close: async () => {
         await watermark.close();
@@ -93,8 +122,29 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
   // The `credentials` collection of the read models' database, on a client of its own.
   const credentials = await openMongoCredentialStore(config.mongodbUri);
   const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(config.secrets));
+  try {
+    await checkKeyStore(credentials, privacyKeys, logger);
+  } catch (error) {
+    subscriber.disconnect();
+    redis.disconnect();
+    throw error;
+  }
   const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
-  const eventStore = createPrivateEventStore(instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), appends), { keyring });
+  const esdb = createEsdbEventStore(config.eventStoreUrl);
+  const eventStore = createPrivateEventStore(instrumentEventStore(esdb, appends), { keyring });
+  // EventStoreDB cannot rewrite an event: what is left in the clear is found and reported.
+  const plaintext: PlaintextEraser = async ({ subjects, streams }) => {
+    const erased = new Set(subjects);
+    const left: string[] = [];
+    let leftEvents = 0;
+    for (const stream of streams) {
+      let here = 0;
+      for await (const event of esdb.readStream(stream)) if (redactedPlaintext(event.type, stream, event.data, erased) !== null) here++;
+      if (here > 0) left.push(stream);
+      leftEvents += here;
+    }
+    return { rewritten: 0, left, leftEvents };
+  };
   const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
     isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
   });
@@ -110,6 +160,7 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     credentials,
     keyring,
     privacyKeys,
+    plaintext,
     snapshot: null,
     close: async () => {
       await watermark.close();

@@ -1,26 +1,25 @@
-import Redis from 'ioredis';
+import type Redis from 'ioredis';
 import type { Config, Secrets } from '../config';
 import type { Logger } from '../logger';
 import type { CredentialStore } from '../infra/credentials/port';
 import { openFileCredentialStore } from '../infra/credentials/file';
-import { openMongoCredentialStore } from '../infra/credentials/mongo';
 import type { EventStore } from '../infra/eventstore/port';
 import { openEmbeddedEventStore } from '../infra/eventstore/embedded';
-import { createEsdbEventStore } from '../infra/eventstore/esdb';
 import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/instrumented';
 import type { ReadStore } from '../infra/readstore/port';
 import { derivePrivacyKeys, type PrivacyKeys } from '../privacy/crypto';
 import { createPrivateEventStore } from '../privacy/event-store';
 import { createKeyring, type Keyring } from '../privacy/keyring';
-import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
-import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
+import { openMemoryReadModels, type ReadModels } from '../projections/read-models';
+import { createLocalWatermark, type Watermark } from '../projections/watermark';
 import { resolveEmbeddedSecrets } from '../secrets';
 import { loadStartSnapshot, restoredPosition, snapshotFile, snapshotVersion, type StartSnapshot } from './snapshot';
 
 /**
  * The one place that picks adapters from the configuration: the embedded log, memory read
  * models and a local watermark in embedded mode; EventStoreDB, MongoDB and Redis in
- * distributed mode. Everything else receives what this returns.
+ * distributed mode (distributed-adapters.ts, loaded only then, with the drivers). Everything
+ * else receives what this returns.
  */
 
 export interface Infrastructure {
@@ -85,41 +84,9 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     };
   }
 
-  const redisOptions = { maxRetriesPerRequest: null, lazyConnect: false } as const;
-  const redis = new Redis(config.redisUrl, redisOptions);
-  const subscriber = new Redis(config.redisUrl, redisOptions);
-  redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
-  subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
-  // The `credentials` collection of the read models' database, on a client of its own.
-  const credentials = await openMongoCredentialStore(config.mongodbUri);
-  const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(config.secrets));
-  const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
-  const eventStore = createPrivateEventStore(instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), appends), { keyring });
-  const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
-    isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
-  });
-  const readStore = readModels.readStore;
-  const watermark = await createRedisWatermark(redis, subscriber, readStore);
-  return {
-    eventStore,
-    readStore,
-    readModels,
-    watermark,
-    secrets: config.secrets,
-    redis,
-    credentials,
-    keyring,
-    privacyKeys,
-    snapshot: null,
-    close: async () => {
-      await watermark.close();
-      await readStore.close();
-      await credentials.close();
-      await eventStore.close();
-      subscriber.disconnect();
-      redis.disconnect();
-    },
-  };
+  // The drivers (ioredis, mongodb, @eventstore/db-client) load here, never in embedded mode.
+  const { connectDistributedInfrastructure } = await import('./distributed-adapters');
+  return connectDistributedInfrastructure(config, logger, appends);
 }
 
 export function requireDataKeyEncryptionKey(secrets: Secrets): string {

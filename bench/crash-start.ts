@@ -10,11 +10,13 @@
  * CPU profile of the restarted process there (node --cpu-prof). KEEP=<dir> keeps a copy of the
  * crashed DATA_DIR; DATA_FROM=<dir> restarts on a copy of one instead of filling a new one.
  * SNAPSHOT_INTERVAL_SECONDS and WAIT_MS (a pause before the kill) choose whether a start
- * snapshot covers the events at the crash.
+ * snapshot covers the events at the crash. RUNS=<n> restarts n times, each on a fresh copy of
+ * the crashed DATA_DIR, and prints the medians; MAIN=<file> runs another compiled entry point
+ * (another build of the service) instead of dist/main.js.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { cpSync, mkdtempSync, readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTokens } from '../src/auth/tokens';
@@ -35,7 +37,7 @@ interface Running {
 }
 
 function start(dataDir: string, nodeArgs: string[], env: Record<string, string>): Promise<Running> {
-  const entry = DIST ? [join(ROOT, 'dist', 'main.js')] : ['--import', 'tsx', join(ROOT, 'src', 'main.ts')];
+  const entry = DIST ? [process.env.MAIN ?? join(ROOT, 'dist', 'main.js')] : ['--import', 'tsx', join(ROOT, 'src', 'main.ts')];
   const spawnedAt = Date.now();
   const child = spawn(process.execPath, [...nodeArgs, ...entry], {
     cwd: ROOT,
@@ -115,7 +117,12 @@ async function fill(dataDir: string): Promise<void> {
   if (process.env.KEEP !== undefined) cpSync(dataDir, process.env.KEEP, { recursive: true });
 }
 
-async function restart(dataDir: string): Promise<void> {
+interface Restarted {
+  readonly startedMs: number;
+  readonly readyMs: number;
+}
+
+async function restart(dataDir: string): Promise<Restarted> {
   const profile = process.env.PROF !== undefined ? ['--cpu-prof', '--cpu-prof-dir', process.env.PROF] : [];
   const service = await start(dataDir, profile, {});
   let readyAt: number;
@@ -133,15 +140,31 @@ async function restart(dataDir: string): Promise<void> {
     void [time, level, pid, hostname, name];
     console.log(`${String(at - service.spawnedAt).padStart(6)} ms  ${String(msg)}  ${JSON.stringify(rest).slice(0, 160)}`);
   }
+  // A clean stop (the CPU profile is written at exit); each run has a copy of the crashed DATA_DIR of its own.
   service.child.kill('SIGTERM');
   await new Promise((done) => service.child.once('exit', done));
+  return { startedMs: service.startedAt - service.spawnedAt, readyMs: readyAt - service.spawnedAt };
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? NaN;
 }
 
 async function main(): Promise<void> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'hhc-crash-start-'));
-  if (process.env.DATA_FROM !== undefined) cpSync(process.env.DATA_FROM, dataDir, { recursive: true });
-  else await fill(dataDir);
-  await restart(dataDir);
+  const crashed = mkdtempSync(join(tmpdir(), 'hhc-crash-start-'));
+  if (process.env.DATA_FROM !== undefined) cpSync(process.env.DATA_FROM, crashed, { recursive: true });
+  else await fill(crashed);
+  const runs: Restarted[] = [];
+  for (let run = 0; run < Number(process.env.RUNS ?? 1); run++) {
+    const dataDir = mkdtempSync(join(tmpdir(), 'hhc-crash-start-'));
+    cpSync(crashed, dataDir, { recursive: true });
+    runs.push(await restart(dataDir));
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+  const started = median(runs.map((run) => run.startedMs));
+  const ready = median(runs.map((run) => run.readyMs));
+  console.log(JSON.stringify({ runs: runs.length, medianStartedMs: started, medianReadyMs: ready, readyOverGoal: Number((ready / 3000).toFixed(2)) }));
 }
 
 main().catch((error: unknown) => {

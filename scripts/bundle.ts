@@ -140,6 +140,10 @@ async function main(): Promise<void> {
     format: 'cjs',
     sourcemap: 'linked',
     sourcesContent: false,
+    // Less to read and to scan for the source map at start (a tenth of the loading time);
+    // names are kept as written: stack traces, error names (`this.constructor.name`).
+    minifyWhitespace: true,
+    keepNames: true,
     external: EXTERNAL,
     logLevel: 'warning',
   });

@@ -148,6 +148,10 @@ async function restart(dataDir: string): Promise<Restarted> {
     }
     await new Promise((done) => setTimeout(done, 20));
   }
+  // The snapshot a start writes once it serves, when it applied anything (its time and size).
+  for (let waited = 0; waited < 30_000 && !service.lines.some((line) => line.entry.msg === 'start snapshot written'); waited += 100) {
+    await new Promise((done) => setTimeout(done, 100));
+  }
   console.log(JSON.stringify({ build: DIST ? 'dist' : 'tsx', startedMs: service.startedAt - service.spawnedAt, readyMs: readyAt - service.spawnedAt, cpuMs: service.cpuMs }));
   for (const { at, entry } of service.lines) {
     const { msg, time, level, pid, hostname, service: name, ...rest } = entry;

@@ -1,20 +1,18 @@
-import Redis from 'ioredis';
+import type Redis from 'ioredis';
 import type { Config, Secrets } from '../config';
 import type { Logger } from '../logger';
 import type { CredentialStore } from '../infra/credentials/port';
 import { openFileCredentialStore } from '../infra/credentials/file';
-import { openMongoCredentialStore } from '../infra/credentials/mongo';
 import type { EventStore } from '../infra/eventstore/port';
 import { openEmbeddedEventStore } from '../infra/eventstore/embedded';
-import { createEsdbEventStore } from '../infra/eventstore/esdb';
 import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/instrumented';
 import type { ReadStore } from '../infra/readstore/port';
 import { derivePrivacyKeys, type PrivacyKeys } from '../privacy/crypto';
 import { createPrivateEventStore } from '../privacy/event-store';
 import { redactedPlaintext, type PlaintextEraser } from '../privacy/plaintext';
 import { checkKeyEncryptionKey, createKeyring, KeyEncryptionKeyMismatchError, type Keyring } from '../privacy/keyring';
-import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
-import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
+import { openMemoryReadModels, type ReadModels } from '../projections/read-models';
+import { createLocalWatermark, type Watermark } from '../projections/watermark';
 import { resolveEmbeddedSecrets } from '../secrets';
 import { loadStartSnapshot, restoredPosition, snapshotFile, snapshotVersion, type StartSnapshot } from './snapshot';
 
@@ -55,7 +53,7 @@ export const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
  * anything reads or seals: a key that is not the store's refuses the start with one clear log
  * line (which never holds a key), rather than serving with every personal read failing.
  */
-async function checkKeyStore(credentials: CredentialStore, keys: PrivacyKeys, logger: Logger): Promise<void> {
+export async function checkKeyStore(credentials: CredentialStore, keys: PrivacyKeys, logger: Logger): Promise<void> {
   try {
     if ((await checkKeyEncryptionKey(credentials, keys.keyEncryptionKey)) === 'stored') logger.info('key store: check value of DATA_KEY_ENCRYPTION_KEY stored');
   } catch (error) {
@@ -114,63 +112,9 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     };
   }
 
-  const redisOptions = { maxRetriesPerRequest: null, lazyConnect: false } as const;
-  const redis = new Redis(config.redisUrl, redisOptions);
-  const subscriber = new Redis(config.redisUrl, redisOptions);
-  redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
-  subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
-  // The `credentials` collection of the read models' database, on a client of its own.
-  const credentials = await openMongoCredentialStore(config.mongodbUri);
-  const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(config.secrets));
-  try {
-    await checkKeyStore(credentials, privacyKeys, logger);
-  } catch (error) {
-    subscriber.disconnect();
-    redis.disconnect();
-    throw error;
-  }
-  const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
-  const esdb = createEsdbEventStore(config.eventStoreUrl);
-  const eventStore = createPrivateEventStore(instrumentEventStore(esdb, appends), { keyring });
-  // EventStoreDB cannot rewrite an event: what is left in the clear is found and reported.
-  const plaintext: PlaintextEraser = async ({ subjects, streams }) => {
-    const erased = new Set(subjects);
-    const left: string[] = [];
-    let leftEvents = 0;
-    for (const stream of streams) {
-      let here = 0;
-      for await (const event of esdb.readStream(stream)) if (redactedPlaintext(event.type, stream, event.data, erased) !== null) here++;
-      if (here > 0) left.push(stream);
-      leftEvents += here;
-    }
-    return { rewritten: 0, left, leftEvents };
-  };
-  const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
-    isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
-  });
-  const readStore = readModels.readStore;
-  const watermark = await createRedisWatermark(redis, subscriber, readStore);
-  return {
-    eventStore,
-    readStore,
-    readModels,
-    watermark,
-    secrets: config.secrets,
-    redis,
-    credentials,
-    keyring,
-    privacyKeys,
-    plaintext,
-    snapshot: null,
-    close: async () => {
-      await watermark.close();
-      await readStore.close();
-      await credentials.close();
-      await eventStore.close();
-      subscriber.disconnect();
-      redis.disconnect();
-    },
-  };
+  // The drivers (ioredis, mongodb, @eventstore/db-client) load here, never in embedded mode.
+  const { connectDistributedInfrastructure } = await import('./distributed-adapters');
+  return connectDistributedInfrastructure(config, logger, appends);
 }
 
 export function requireDataKeyEncryptionKey(secrets: Secrets): string {

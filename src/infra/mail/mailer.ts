@@ -1,4 +1,4 @@
-import { createTransport } from 'nodemailer';
+import type { Transporter } from 'nodemailer';
 import type { Logger } from '../../logger';
 
 /**
@@ -26,14 +26,25 @@ export interface Mailer {
 /** Bounds on one delivery, so a stuck SMTP server does not pile up work. */
 const SMTP_TIMEOUTS_MS = { connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 20_000 } as const;
 
+/** nodemailer is loaded with the first mail, not at start (it is a large part of loading the service). */
 export function createSmtpMailer(smtpUrl: string, from: string): Mailer {
+  let transport: Promise<Transporter> | null = null;
+  let closed = false;
   // nodemailer parses the URL itself (credentials, smtps:, query options); URL options win.
-  const transport = createTransport({ ...SMTP_TIMEOUTS_MS, url: smtpUrl });
+  const open = (): Promise<Transporter> =>
+    (transport ??= import('nodemailer').then(({ createTransport }) => {
+      const opened = createTransport({ ...SMTP_TIMEOUTS_MS, url: smtpUrl });
+      if (closed) opened.close();
+      return opened;
+    }));
   return {
     async send(mail) {
-      await transport.sendMail({ from, to: mail.to, subject: mail.subject, text: mail.text });
+      await (await open()).sendMail({ from, to: mail.to, subject: mail.subject, text: mail.text });
     },
-    close: () => transport.close(),
+    close: () => {
+      closed = true;
+      void transport?.then((opened) => opened.close());
+    },
   };
 }
 

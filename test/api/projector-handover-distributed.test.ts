@@ -1,5 +1,5 @@
 import { api, CRM_KEY } from '../support/harness';
-import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { PROCESS_START_TIMEOUT_MS, PROCESS_TEST_TIMEOUT_MS, startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
 import { startStack, type Stack } from '../support/stack';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
 import { eventually, ready, testTokens as tokens } from '../support/service-probes';
@@ -13,8 +13,6 @@ import { eventually, ready, testTokens as tokens } from '../support/service-prob
  * and once the link is back the cut-off process serves the other's projections again.
  */
 
-/** A hang guard for the service's start (under tsx), not a speed requirement. */
-const START_TIMEOUT_MS = 90_000;
 const LEASE_MS = 2000;
 interface LeaseLine {
   readonly msg: string;
@@ -63,16 +61,16 @@ describe('the projector lease holder cut off from MongoDB alone (distributed mod
     stack = await startStack({ mongo: 'standalone' });
     proxy = await startTcpProxy(Number(new URL(stack.env.MONGODB_URI).port));
     const env = { ...TEST_SECRETS, ...stack.env, PROJECTOR_LEASE_MS: String(LEASE_MS), READ_YOUR_WRITES_TIMEOUT_MS: '500' };
-    holder = await startServerProcess({ ...env, MONGODB_URI: proxy.url(stack.env.MONGODB_URI) }, START_TIMEOUT_MS);
+    holder = await startServerProcess({ ...env, MONGODB_URI: proxy.url(stack.env.MONGODB_URI) });
     await eventually(async () => holder.output(), (out) => out.includes('"msg":"projector lease acquired"'), 'the first process holding the lease');
-    other = await startServerProcess(env, START_TIMEOUT_MS);
-  }, 2 * START_TIMEOUT_MS + 60_000);
+    other = await startServerProcess(env);
+  }, 2 * PROCESS_START_TIMEOUT_MS + 60_000);
   afterAll(async () => {
     await other?.kill();
     await holder?.kill();
     await proxy?.stop();
     await stack?.stop();
-  }, 30_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
 
   test('the holder gives the lease up, the other process projects, readiness follows; the tenures do not overlap', async () => {
     const before = await syncCustomer(other, 'Before');

@@ -5,7 +5,7 @@
 import { mkdtemp, open, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CorruptEventLogError, EventStoreUnavailableError, openEmbeddedEventStore, type EmbeddedEventStore, type EmbeddedEventStoreOptions } from '../../src/infra/eventstore/embedded';
+import { CorruptEventLogError, EventStoreUnavailableError, openEmbeddedEventStore, type EmbeddedEventStore, type EmbeddedEventStoreOptions, type TornTail } from '../../src/infra/eventstore/embedded';
 import { newEvent, readAll } from '../contract/eventstore.contract';
 import { Rng } from '../sim/rng';
 import type { OpenMode, StoreFile } from '../../src/infra/eventstore/embedded/io';
@@ -145,6 +145,48 @@ describe('embedded log under faults', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('embedded log: the record of a clean close', () => {
+  /** Ten renames of one device, the log left as `stop` leaves it, then a bit flipped in the last record. */
+  async function lastRecordDamaged(seed: number, stop: (store: EmbeddedEventStore, fs: SimFs) => Promise<void>): Promise<{ fs: SimFs; offset: number }> {
+    const fs = new SimFs(new Rng(seed));
+    const store = await simStore(fs);
+    for (let i = 1; i <= 10; i++) await store.append('device-1', [newEvent('Renamed', { name: `Name ${i}` })], 'any');
+    const last = (await readAll(store.readStream('device-1'))).at(-1);
+    await stop(store, fs);
+    const offset = Number(last?.position.commit) + 30;
+    fs.flipBit(`${DIR}/events.log`, offset, 4);
+    return { fs, offset: Number(last?.position.commit) };
+  }
+
+  it('refuses damage in the last acknowledged record after a clean close, also without the index checkpoint', async () => {
+    const { fs, offset } = await lastRecordDamaged(11, async (store, sim) => {
+      await store.close();
+      sim.processExit();
+      // A clean stop on a full disk may not have written it.
+      await sim.unlink(`${DIR}/events.log.idx`);
+    });
+    const tornTails: TornTail[] = [];
+
+    const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+
+    await expect(reopening).rejects.toBeInstanceOf(CorruptEventLogError);
+    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${offset}: checksum mismatch in data acknowledged before the last clean close`);
+    expect(tornTails).toEqual([]);
+  });
+
+  it('cuts a damaged last record after a crash (no clean close) as a torn tail, as an append never acknowledged', async () => {
+    // As kill -9: the store is never closed.
+    const { fs, offset } = await lastRecordDamaged(12, async (_store, sim) => sim.processExit());
+    const tornTails: TornTail[] = [];
+
+    const reopened = await simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+
+    expect(tornTails.map((tail) => tail.offset)).toEqual([offset]);
+    expect((await readAll(reopened.readStream('device-1'))).map((event) => (event.data as { name: string }).name).at(-1)).toBe('Name 9');
+    await reopened.close();
   });
 });
 

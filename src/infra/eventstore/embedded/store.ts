@@ -20,7 +20,7 @@ import { EventStoreUnavailableError } from './errors';
 import { errorMessage, writeFully } from './files';
 import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
-import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
+import { decodeEvent, encodeCloseRecord, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
 import { LogReader } from './reads';
 import { positionAt, toRecordedEvent } from './recorded-event';
 import { createSegmentFile } from './recovery';
@@ -260,9 +260,31 @@ export class EmbeddedStoreCore implements EventStore {
     await this.tailCut;
     await this.resuming?.catch(() => undefined);
     // A stop after a failed write leaves nothing of the failed batch for the next start.
-    if (this.failure !== null) await this.cutBack(this.active()).catch(() => undefined);
-    if (this.failure === null && this.lockLost === null) await this.writeActiveCheckpoint();
+    const cut = this.failure === null || (await this.cutBack(this.active()).then(() => true, () => false));
+    if (cut && this.lockLost === null) {
+      await this.writeCloseRecord();
+      await this.writeActiveCheckpoint();
+    }
     await Promise.all(this.segments.map((segment) => segment.retire()));
+  }
+
+  /**
+   * Marks the clean close in the log itself (record-format.ts): the next open refuses damage
+   * in what it vouches for instead of cutting it as a torn tail, even without the index
+   * checkpoint. When it cannot be written (a full disk), the next open treats the end of the
+   * log as after a crash.
+   */
+  private async writeCloseRecord(): Promise<void> {
+    const active = this.active();
+    const crc = this.activeTable.coveredCrc;
+    if (active.size < SEGMENT_HEADER_SIZE || crc === null) return;
+    try {
+      await writeFully(active.handle, encodeCloseRecord({ offset: active.size, crc }), active.size);
+      await active.handle.datasync();
+    } catch (error) {
+      this.options.log(`Event log: could not mark the clean close of ${active.file} (${errorMessage(error)}); the next open checks its end as after a crash`);
+      await active.handle.truncate(active.size).catch(() => undefined);
+    }
   }
 
   /** Lets the next open skip decoding the active segment (see recovery.ts). */

@@ -80,7 +80,7 @@ export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedE
     const pool = new HandlePool(resolved.io);
     const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes, io: resolved.io });
     opened = new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
-    if (log.readOnly !== null) opened.openedReadOnly(log.readOnly);
+    await opened.checkWritableAtOpen(log.readOnly);
     return opened;
   } catch (error) {
     await releaseLock();

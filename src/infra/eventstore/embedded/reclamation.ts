@@ -100,7 +100,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
 
   /** Another process holds the lock on the file `events.lock` names now (see lock.ts): no more writes from this one. */
   stopWritingAfterLockLost(error: Error): void {
-    this.lockLost ??= error;
+    this.writes.stopAfterLockLost(error);
   }
 
   /** Reclaims expired heartbeats from disk now (runs one at a time with the timer's runs). */
@@ -152,8 +152,8 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     for (const { segment, rules: segmentRules } of candidates) {
       if (this.stopping) break;
       // A compaction writes: after a failed write it first needs writes to work again.
-      if (this.failure !== null) await this.resumeWrites();
-      this.assertWritable();
+      await this.writes.untilWritable();
+      this.writes.assertWritable();
       const compacted = await compactSegment(segment, segmentRules, this.options.compactionHook, this.options.io);
       if (compacted === null) continue;
       await this.swapIn(segment, compacted);

@@ -89,6 +89,31 @@ describe('embedded log under faults', () => {
     await reopened.close();
   });
 
+  it('opens read-only on a full disk found at open (nothing to repair), says so at once, serves reads, and resumes once space is back', async () => {
+    const fs = new SimFs(new Rng(13));
+    const store = await simStore(fs);
+    await store.append('device-1', [newEvent('First')], 'no_stream');
+    await store.close();
+    fs.processExit();
+    fs.faults = { ...NO_FAULTS, diskFull: true };
+    const messages: string[] = [];
+
+    const reopened = await simStore(fs, { log: (message) => messages.push(message) });
+
+    expect(messages.filter((message) => message.includes('opened read-only'))).toEqual([
+      "Event log: opened read-only (ENOSPC: simulated fault, write '/sim/data/events.log'); reads are served, appends are refused until a write succeeds",
+    ]);
+    await expect(reopened.headPosition()).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    expect(await types(reopened, 'device-1')).toEqual(['First']);
+    await expect(reopened.append('device-1', [newEvent('Refused')], 0n)).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    fs.faults = { ...NO_FAULTS };
+    expect(await reopened.headPosition()).not.toBeNull();
+    await reopened.append('device-1', [newEvent('Second')], 0n);
+    expect(await types(reopened, 'device-1')).toEqual(['First', 'Second']);
+    expect(messages).toContain('Event log: writes work again; appends resume');
+    await reopened.close();
+  });
+
   it('removes the temporary file of a compaction that failed', async () => {
     const fs = new SimFs(new Rng(4));
     let now = Date.UTC(2030, 0, 1);

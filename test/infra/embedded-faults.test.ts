@@ -10,6 +10,7 @@ import { newEvent, readAll } from '../contract/eventstore.contract';
 import { Rng } from '../sim/rng';
 import type { OpenMode, StoreFile } from '../../src/infra/eventstore/embedded/io';
 import { NO_FAULTS, SimFs, SimIoError } from '../sim/sim-fs';
+import { loadSegmentIndex } from '../../src/infra/eventstore/embedded/segment-index-file';
 
 const DIR = '/sim/data';
 
@@ -198,7 +199,7 @@ describe('embedded log: the record of a clean close', () => {
     const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
 
     await expect(reopening).rejects.toBeInstanceOf(CorruptEventLogError);
-    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${offset}: checksum mismatch in data acknowledged before the last clean close`);
+    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${offset}: checksum mismatch in acknowledged data (a clean close or an index checkpoint vouches for it)`);
     expect(tornTails).toEqual([]);
   });
 
@@ -212,6 +213,52 @@ describe('embedded log: the record of a clean close', () => {
     expect(tornTails.map((tail) => tail.offset)).toEqual([offset]);
     expect((await readAll(reopened.readStream('device-1'))).map((event) => (event.data as { name: string }).name).at(-1)).toBe('Name 9');
     await reopened.close();
+  });
+});
+
+describe('embedded log: index checkpoints of the active segment while it runs', () => {
+  /** Resolves once the active segment's checkpoint covers the whole of it, as its last commit left it. */
+  async function checkpointCoversAll(fs: SimFs): Promise<void> {
+    const size = fs.fileBytes(`${DIR}/events.log`).length;
+    for (let turn = 0; turn < 1000; turn++) {
+      const loaded = await loadSegmentIndex(`${DIR}/events.log`, { base: 0, generation: 0 }, size, fs);
+      if ('table' in loaded && loaded.table.coveredSize === size) return;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    throw new Error('the checkpoint never covered the segment');
+  }
+
+  it('after a crash, opens from the last checkpoint written while running (no scan of what it covers)', async () => {
+    const fs = new SimFs(new Rng(14));
+    const store = await simStore(fs, { checkpointBytes: 1 });
+    for (let i = 1; i <= 20; i++) await store.append('device-1', [newEvent('Renamed', { name: `Name ${i}` })], 'any');
+    await checkpointCoversAll(fs);
+    fs.processExit();
+    const messages: string[] = [];
+
+    const reopened = await simStore(fs, { log: (message) => messages.push(message) });
+
+    expect(messages).toEqual([]);
+    expect((await readAll(reopened.readStream('device-1'))).map((event) => (event.data as { name: string }).name)).toEqual(
+      Array.from({ length: 20 }, (_, i) => `Name ${i + 1}`),
+    );
+    await reopened.close();
+  });
+
+  it('after a crash, refuses damage in the last record when a checkpoint covers it (acknowledged), instead of cutting it', async () => {
+    const fs = new SimFs(new Rng(15));
+    const store = await simStore(fs, { checkpointBytes: 1 });
+    for (let i = 1; i <= 10; i++) await store.append('device-1', [newEvent('Renamed', { name: `Name ${i}` })], 'any');
+    const last = Number((await readAll(store.readStream('device-1'))).at(-1)?.position.commit);
+    await checkpointCoversAll(fs);
+    fs.processExit();
+    fs.flipBit(`${DIR}/events.log`, last + 30, 4);
+    const tornTails: TornTail[] = [];
+
+    const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+
+    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${last}: checksum mismatch in acknowledged data`);
+    expect(tornTails).toEqual([]);
   });
 });
 

@@ -4,12 +4,14 @@
  *
  * Sealed segments come from their index checkpoints (a missing or unusable one means a
  * scan of that segment, said on stderr, and a new checkpoint). The active segment (at
- * most a few MiB) comes from the checkpoint written at close if the bytes it covers still
- * have its CRC-32, and only what follows is scanned; otherwise (after a crash, or any
- * change) all of it is scanned. That is where a crash leaves a torn tail to drop, and where
- * damage to acknowledged data is caught before anything is appended after it. Left
- * over temporary files of an interrupted compaction are removed: until its rename, the
- * original segment is intact.
+ * most a few MiB) comes from its latest checkpoint (written every `checkpointBytes` while
+ * running and at close) if the bytes it covers still have its CRC-32, and only what follows
+ * is scanned; otherwise all of it is. That is where a crash leaves a torn tail to drop, and
+ * where damage to acknowledged data is caught before anything is appended after it: bytes
+ * a checkpoint whose CRC no longer matches covers, and bytes before the record of a clean
+ * close (record-format.ts), were acknowledged, so damage there is refused, never cut as a
+ * torn tail. Left over temporary files of an interrupted compaction are removed: until its
+ * rename, the original segment is intact.
  */
 import * as path from 'node:path';
 import { crc32 } from './crc32';
@@ -137,7 +139,7 @@ async function crcOfFile(handle: StoreFile, from: number, to: number, previous: 
 }
 
 /**
- * The active segment's checkpoint (written at close) is trusted only if the bytes it covers
+ * The active segment's checkpoint (written while running and at close) is trusted only if the bytes it covers
  * still have its CRC: one native checksum pass instead of decoding every record, and any
  * change to acknowledged data still leads to the full scan that finds it.
  */
@@ -155,8 +157,8 @@ async function verifiedActiveCheckpoint(
   let vouchedEnd = 0;
   if ('table' in loaded && loaded.table.coveredCrc !== null) {
     if ((await crcOfFile(handle, 0, loaded.table.coveredSize, 0)) === loaded.table.coveredCrc) return { table: loaded.table, vouchedEnd: 0 };
-    // An intact checkpoint of a clean close covers these bytes: they were acknowledged, so
-    // damage in them is refused by the scan, not cut off as a torn tail.
+    // An intact checkpoint covers these bytes: they were acknowledged, so damage in them is
+    // refused by the scan, not cut off as a torn tail.
     vouchedEnd = loaded.table.coveredSize;
   } else if ('table' in loaded) {
     problem = 'it has no checksum of the segment';

@@ -29,6 +29,7 @@ import { maxAgeChangeOf } from './segment-scan';
 import { SegmentTable } from './segment-table';
 import { LogSubscription, tail, type TailSource } from './subscription';
 import type { GroupCommit, ResolvedOptions } from './options';
+import { CheckpointWriter } from './checkpoints';
 import { WriteAvailability } from './write-availability';
 
 interface ReservedRecord {
@@ -89,7 +90,7 @@ export class EmbeddedStoreCore implements EventStore {
   protected readonly writes: WriteAvailability;
   protected closing = false;
   private changeWaiters: Array<() => void> = [];
-  private readonly sealing = new Set<Promise<void>>();
+  private readonly checkpoints: CheckpointWriter;
   protected readonly recent = new RecentCommits();
   private readonly reader: LogReader;
 
@@ -102,6 +103,7 @@ export class EmbeddedStoreCore implements EventStore {
     protected readonly pool: HandlePool,
   ) {
     this.now = options.now;
+    this.checkpoints = new CheckpointWriter(options.io, options.log, options.checkpointBytes);
     this.reader = new LogReader({
       index,
       recent: this.recent,
@@ -261,7 +263,7 @@ export class EmbeddedStoreCore implements EventStore {
     this.closing = true;
     while (this.flushRunning) await this.flushDone;
     this.wakeWaiters();
-    await Promise.allSettled([...this.sealing]);
+    await this.checkpoints.settled();
     await this.writes.settled();
     // A stop after a failed write leaves nothing of the failed batch for the next start.
     const cut = this.writes.failure === null || (await this.writes.cutBack(this.active()).then(() => true, () => false));
@@ -373,11 +375,7 @@ export class EmbeddedStoreCore implements EventStore {
     this.recent.forget();
     sealed.seal();
     sealedTable.coveredSize = sealed.size;
-    const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false, this.options.io).catch((error: unknown) =>
-      this.options.log(`Event log: could not write the index checkpoint of ${sealed.file} (${errorMessage(error)}); the next open scans it`),
-    );
-    this.sealing.add(writing);
-    void writing.finally(() => this.sealing.delete(writing));
+    this.checkpoints.sealed(sealed, sealedTable);
   }
 
   private commit(batch: readonly PendingAppend[], bytes: number): void {
@@ -399,6 +397,7 @@ export class EmbeddedStoreCore implements EventStore {
       this.activeTable.coveredSize = segment.size;
       events += append.records.length;
     }
+    this.checkpoints.afterCommit(segment, this.activeTable);
     for (const append of batch) append.resolve(append.result);
     this.wakeWaiters();
     try {

@@ -14,7 +14,9 @@
  * BENCH_CRASH=1: a crash open instead. The history (BENCH_EVENTS, 40,000 by default: one
  * active segment of about 7 MB) is appended by a process that then exits without closing
  * the store (as kill -9 leaves it: no record of a clean close), and each timed open also
- * exits without closing, so every run opens the same crashed log.
+ * exits without closing, so every run opens the same crashed log. BENCH_COMPARE=<dir>: each
+ * run also opens that crashed log (alternating, so both see the same machine load), e.g.
+ * one written by an earlier version, without the active segment's checkpoint.
  */
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -28,7 +30,8 @@ const CRASH = process.env.BENCH_CRASH === '1';
 const EVENTS = Number(process.env.BENCH_EVENTS ?? (CRASH ? 40_000 : 5_000_000));
 const HUBS = Number(process.env.BENCH_HUBS ?? 1_000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
-const BATCH = 5_000;
+/** Appends per appendHistory call; a crash history is written in smaller group commits, as a running service writes. */
+const BATCH = CRASH ? 500 : 5_000;
 const HEARTBEAT_EVERY_MS = 30_000;
 
 function event(type: string, at: number, data: unknown, actorId: string): NewEvent {
@@ -92,9 +95,13 @@ function openInFreshProcess(dir: string): number {
   return Number(output.trim().split('\n').at(-1));
 }
 
-async function openTimes(dir: string): Promise<number[]> {
+async function openTimes(dir: string, compare?: { dir: string; times: number[] }): Promise<number[]> {
   const times: number[] = [];
-  for (let run = 0; run < RUNS; run++) times.push(openInFreshProcess(dir));
+  for (let run = 0; run < RUNS; run++) {
+    times.push(openInFreshProcess(dir));
+    if (compare !== undefined) compare.times.push(openInFreshProcess(compare.dir));
+  }
+  compare?.times.sort((a, b) => a - b);
   return times.sort((a, b) => a - b);
 }
 
@@ -129,7 +136,10 @@ async function main(): Promise<void> {
     process.stdout.write(
       `log ${(log / 1e6).toFixed(1)} MB (${(log / EVENTS).toFixed(0)} bytes per event), active segment ${(active / 1e6).toFixed(1)} MB, index checkpoints ${(checkpoints / 1e6).toFixed(1)} MB\n`,
     );
-    report(`${CRASH ? 'crash open, ' : ''}${kept === undefined ? `${EVENTS} events` : `the history in ${dir}`}`, await openTimes(dir));
+    const compareDir = process.env.BENCH_COMPARE;
+    const compare = compareDir === undefined ? undefined : { dir: compareDir, times: [] };
+    report(`${CRASH ? 'crash open, ' : ''}${kept === undefined ? `${EVENTS} events` : `the history in ${dir}`}`, await openTimes(dir, compare));
+    if (compare !== undefined) report(`${CRASH ? 'crash open, ' : ''}the history in ${compare.dir}`, compare.times);
   } finally {
     rmSync(empty, { recursive: true, force: true });
     if (kept === undefined) rmSync(dir, { recursive: true, force: true });

@@ -6,9 +6,13 @@
  * in order (a sealed segment's checkpoint never overtaken by an older one of the same
  * segment), each encoded when asked for: the table may grow meanwhile. A checkpoint is a
  * cache: one that cannot be written is logged, and the next open scans instead.
+ *
+ * At a clean close the active segment gets its close record (record-format.ts), then its
+ * checkpoint.
  */
-import { errorMessage } from './files';
+import { errorMessage, writeFully } from './files';
 import type { StoreIo } from './io';
+import { encodeCloseRecord, SEGMENT_HEADER_SIZE } from './record-format';
 import type { Segment } from './segment';
 import { encodeSegmentIndex, writeEncodedIndex } from './segment-index-file';
 import type { SegmentTable } from './segment-table';
@@ -44,6 +48,30 @@ export class CheckpointWriter {
   /** Resolves once every checkpoint asked for is written (or failed). */
   settled(): Promise<void> {
     return this.queue;
+  }
+
+  /** At a clean close, once settled(): the close record, then the checkpoint of the active segment. */
+  async atClose(active: Segment, table: SegmentTable): Promise<void> {
+    await this.writeCloseRecord(active, table);
+    this.enqueue(active, table, () => undefined);
+    await this.queue;
+  }
+
+  /**
+   * Marks the clean close in the log itself: the next open refuses damage in what it vouches
+   * for instead of cutting it as a torn tail, even without the index checkpoint. When it
+   * cannot be written (a full disk), the next open treats the end of the log as after a crash.
+   */
+  private async writeCloseRecord(active: Segment, table: SegmentTable): Promise<void> {
+    const crc = table.coveredCrc;
+    if (active.size < SEGMENT_HEADER_SIZE || crc === null) return;
+    try {
+      await writeFully(active.handle, encodeCloseRecord({ offset: active.size, crc }), active.size);
+      await active.handle.datasync();
+    } catch (error) {
+      this.log(`Event log: could not mark the clean close of ${active.file} (${errorMessage(error)}); the next open checks its end as after a crash`);
+      await active.handle.truncate(active.size).catch(() => undefined);
+    }
   }
 
   private enqueue(segment: Segment, table: SegmentTable, done: () => void): void {

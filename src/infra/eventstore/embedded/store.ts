@@ -1,6 +1,10 @@
 /**
- * The embedded store: appends with group commit into the active segment, reads by stream,
- * catch-up subscriptions, and reclamation of expired heartbeats (see reclamation.ts).
+ * The embedded store's appends: expectations checked and positions reserved in call order,
+ * group commit into the active segment, and sealing a full segment; reads by stream and
+ * catch-up subscriptions are handed to reads.ts and subscription.ts. Whether appends are
+ * taken at all (after a failed write, on a full disk) is write-availability.ts; index
+ * checkpoints and the record of a clean close are checkpoints.ts; reclamation of expired
+ * heartbeats is reclamation.ts.
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -15,16 +19,15 @@ import {
   type SubscribeOptions,
   type Subscription,
 } from '../port';
-import { errorMessage, writeFully } from './files';
+import { writeFully } from './files';
 import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
-import { decodeEvent, encodeCloseRecord, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
+import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
 import { LogReader } from './reads';
 import { positionAt, toRecordedEvent } from './recorded-event';
 import { createSegmentFile } from './recovery';
 import { RecentCommits } from './recent-commits';
 import { Segment, type HandlePool } from './segment';
-import { writeSegmentIndex } from './segment-index-file';
 import { maxAgeChangeOf } from './segment-scan';
 import { SegmentTable } from './segment-table';
 import { LogSubscription, tail, type TailSource } from './subscription';
@@ -267,40 +270,8 @@ export class EmbeddedStoreCore implements EventStore {
     await this.writes.settled();
     // A stop after a failed write leaves nothing of the failed batch for the next start.
     const cut = this.writes.failure === null || (await this.writes.cutBack(this.active()).then(() => true, () => false));
-    if (cut && this.writes.lockLost === null) {
-      await this.writeCloseRecord();
-      await this.writeActiveCheckpoint();
-    }
+    if (cut && this.writes.lockLost === null) await this.checkpoints.atClose(this.active(), this.activeTable);
     await Promise.all(this.segments.map((segment) => segment.retire()));
-  }
-
-  /**
-   * Marks the clean close in the log itself (record-format.ts): the next open refuses damage
-   * in what it vouches for instead of cutting it as a torn tail, even without the index
-   * checkpoint. When it cannot be written (a full disk), the next open treats the end of the
-   * log as after a crash.
-   */
-  private async writeCloseRecord(): Promise<void> {
-    const active = this.active();
-    const crc = this.activeTable.coveredCrc;
-    if (active.size < SEGMENT_HEADER_SIZE || crc === null) return;
-    try {
-      await writeFully(active.handle, encodeCloseRecord({ offset: active.size, crc }), active.size);
-      await active.handle.datasync();
-    } catch (error) {
-      this.options.log(`Event log: could not mark the clean close of ${active.file} (${errorMessage(error)}); the next open checks its end as after a crash`);
-      await active.handle.truncate(active.size).catch(() => undefined);
-    }
-  }
-
-  /** Lets the next open skip decoding the active segment (see recovery.ts). */
-  private async writeActiveCheckpoint(): Promise<void> {
-    const active = this.active();
-    try {
-      await writeSegmentIndex(active.file, active, this.activeTable, false, this.options.io);
-    } catch (error) {
-      this.options.log(`Event log: could not write the index checkpoint of ${active.file} (${errorMessage(error)}); the next open scans it`);
-    }
   }
 
   private async retriedAppendOrConflict(

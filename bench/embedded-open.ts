@@ -89,36 +89,47 @@ function bytesOnDisk(dir: string): { log: number; checkpoints: number; active: n
   return { log, checkpoints, active: last === undefined ? 0 : statSync(join(dir, last)).size };
 }
 
-/** One open in a fresh process, as a service start does it (cold code, nothing cached in memory). */
-function openInFreshProcess(dir: string): number {
-  const output = execFileSync(process.execPath, ['--import', 'tsx', __filename, '--open-once', dir], { encoding: 'utf8', env: process.env });
-  return Number(output.trim().split('\n').at(-1));
+interface OpenTime {
+  readonly wallMs: number;
+  /** CPU time of the opening process meanwhile (user + system): steadier than wall time on a loaded machine. */
+  readonly cpuMs: number;
 }
 
-async function openTimes(dir: string, compare?: { dir: string; times: number[] }): Promise<number[]> {
-  const times: number[] = [];
+/** One open in a fresh process, as a service start does it (cold code, nothing cached in memory). */
+function openInFreshProcess(dir: string): OpenTime {
+  const output = execFileSync(process.execPath, ['--import', 'tsx', __filename, '--open-once', dir], { encoding: 'utf8', env: process.env });
+  const [wallMs, cpuMs] = (output.trim().split('\n').at(-1) ?? '').split(' ').map(Number);
+  return { wallMs: wallMs ?? Number.NaN, cpuMs: cpuMs ?? Number.NaN };
+}
+
+async function openTimes(dir: string, compare?: { dir: string; times: OpenTime[] }): Promise<OpenTime[]> {
+  const times: OpenTime[] = [];
   for (let run = 0; run < RUNS; run++) {
     times.push(openInFreshProcess(dir));
     if (compare !== undefined) compare.times.push(openInFreshProcess(compare.dir));
   }
-  compare?.times.sort((a, b) => a - b);
-  return times.sort((a, b) => a - b);
+  return times;
 }
 
 async function openOnce(dir: string): Promise<void> {
   const began = performance.now();
+  const cpu = process.cpuUsage();
   const store = await openEmbeddedEventStore(dir, { reclaimIntervalMs: 0 });
   const elapsed = performance.now() - began;
-  process.stdout.write(`${elapsed}\n`);
+  const used = process.cpuUsage(cpu);
+  process.stdout.write(`${elapsed} ${(used.user + used.system) / 1000}\n`);
   // Left as a crash leaves it, for the next run.
   if (CRASH) process.exit(0);
   await store.close();
 }
 
-function report(label: string, times: readonly number[]): void {
-  const median = times[Math.floor(times.length / 2)] ?? 0;
-  const slowest = times[times.length - 1] ?? 0;
-  process.stdout.write(`${label}: open median ${median.toFixed(0)} ms, slowest ${slowest.toFixed(0)} ms (${times.length} runs)\n`);
+function report(label: string, times: readonly OpenTime[]): void {
+  const wall = times.map((t) => t.wallMs).sort((a, b) => a - b);
+  const cpu = times.map((t) => t.cpuMs).sort((a, b) => a - b);
+  const median = (sorted: number[]): number => sorted[Math.floor(sorted.length / 2)] ?? 0;
+  process.stdout.write(
+    `${label}: open median ${median(wall).toFixed(0)} ms, slowest ${(wall.at(-1) ?? 0).toFixed(0)} ms; CPU median ${median(cpu).toFixed(0)} ms (${times.length} runs)\n`,
+  );
 }
 
 async function main(): Promise<void> {

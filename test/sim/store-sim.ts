@@ -656,7 +656,9 @@ class World {
     const active = segments[segments.length - 1]?.name;
     const damaged = files.filter((file) => file.size > 16);
     if (damaged.length === 0) return;
-    const target = this.rng.pick(damaged);
+    // The active segment one time in four (among dozens of files it would seldom be picked).
+    const activeFile = damaged.find((file) => file.name === active);
+    const target = activeFile !== undefined && this.rng.chance(0.25) ? activeFile : this.rng.pick(damaged);
     const offset = 16 + this.rng.int(target.size - 16);
     const bit = this.rng.int(8);
     const undo = this.fs.flipBit(`${DIRECTORY}/${target.name}`, offset, bit);

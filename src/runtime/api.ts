@@ -3,6 +3,7 @@ import proxyaddr from 'proxy-addr';
 import type { Config } from '../config';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
+import { createAdminCheck } from '../api/admin-check';
 import { createApp } from '../api/app';
 import type { ReadinessReport } from '../api/routes/health';
 import { rateLimit } from '../api/rate-limit';
@@ -125,6 +126,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
       : // Counters kept by client IP are named by a keyed hash: Redis holds no address.
         withKeyedCounters(createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics)), infra.privacyKeys.counterKey);
 
+  const isAdmin = createAdminCheck(infra.readStore, config.adminEmails);
   const app = createApp({
     rateLimit: rateLimit({
       limiter,
@@ -139,9 +141,9 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
     health: { readiness },
     auth: { internalApiKeys: infra.secrets.internalApiKeys, users, auth, tokens },
     users: { tokens, readStore: infra.readStore, adminEmails: config.adminEmails },
-    devices: { tokens, readStore: infra.readStore, devices },
-    audit: { tokens, readStore: infra.readStore, eventStore: infra.eventStore, clock },
-    admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()) },
+    devices: { tokens, readStore: infra.readStore, devices, isAdmin },
+    audit: { tokens, readStore: infra.readStore, eventStore: infra.eventStore, clock, isAdmin },
+    admin: { tokens, rebuildReadModels: () => infra.readModels.rebuild(allProjections()), isAdmin },
     privacy: { tokens, internalApiKeys: infra.secrets.internalApiKeys, erasure, account },
   });
   const server = createServer(app);

@@ -3,7 +3,7 @@ import { createMongoReadStore } from '../../src/infra/readstore/mongo';
 import type { ReadStore } from '../../src/infra/readstore/port';
 import { USERS_COLLECTION, type UserDoc } from '../../src/projections/users';
 import { startStack, type Stack } from '../support/stack';
-import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { startServerProcess, TEST_SECRETS, type ServerProcess, PROCESS_TEST_TIMEOUT_MS } from '../support/server';
 
 const CRM_KEY = 'test-crm-key-1';
 
@@ -38,8 +38,8 @@ describe('distributed mode across processes', () => {
     const env = { ...TEST_SECRETS, ...stack.env, PROJECTOR_LEASE_MS: '1500' };
     processes = await Promise.all([startServerProcess(env), startServerProcess(env)]);
     readStore = await createMongoReadStore(stack.env.MONGODB_URI);
-    await waitFor(() => leaseHolder(processes).length === 1, 10_000);
-  }, 60_000);
+    await waitFor(() => leaseHolder(processes).length === 1, 30_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
 
   afterAll(async () => {
     await readStore?.close();

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack, type Stack } from '../support/stack';
-import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { startServerProcess, TEST_SECRETS, type ServerProcess, PROCESS_TEST_TIMEOUT_MS } from '../support/server';
 
 type Mode = 'embedded' | 'distributed';
 
@@ -49,7 +49,7 @@ describe.each<Mode>(['embedded', 'distributed'])('first slice end to end (%s mod
       env = { DATA_DIR: dataDir, INTERNAL_API_KEYS: TEST_SECRETS.INTERNAL_API_KEYS };
     }
     server = await startServerProcess(env);
-  }, 60_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
 
   afterAll(async () => {
     await server?.stop();
@@ -183,5 +183,5 @@ describe.each<Mode>(['embedded', 'distributed'])('first slice end to end (%s mod
     // The e-mail reservation survived as well.
     const taken = await sync(server.baseUrl, customer(1011, { email: 'durable@example.com' }));
     expect(taken.status).toBe(409);
-  }, 60_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
 });

@@ -6,7 +6,7 @@ import { createConnection, type Socket } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { api, CRM_KEY, GENEROUS_RATE_LIMITS, MODES, type Mode } from '../support/harness';
 import { requestResetToken } from '../support/accounts';
-import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { startServerProcess, TEST_SECRETS, type ServerProcess, PROCESS_TEST_TIMEOUT_MS } from '../support/server';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 import { scrape } from '../support/metrics';
 import { startStack, type Stack } from '../support/stack';
@@ -67,7 +67,7 @@ describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
       env = { ...stack.env };
     }
     server = await startServerProcess({ ...TEST_SECRETS, ...env, SMTP_URL: smtp.url, RATE_LIMITS: GENEROUS_RATE_LIMITS });
-  }, 60_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
   afterAll(async () => {
     await server?.kill();
     await stack?.stop();
@@ -112,10 +112,13 @@ describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
     );
     // Signal once every login is inside the process: received and not yet answered, or answered
     // (the scrape itself is one of the requests in flight). A connection still in the listen
-    // backlog when the listener closes is refused, not in flight.
+    // backlog when the listener closes is refused, not in flight. `answered` is read before the
+    // scrape: a login answered while the scrape runs is then counted in neither, never in both
+    // (counted twice, it would let the signal go while another login was still on its way).
     for (let settled = false; !settled; ) {
+      const answeredBefore = answered;
       const inFlight = (await scrape(target)).value('http_requests_in_flight') - 1;
-      settled = answered + inFlight >= IN_FLIGHT;
+      settled = answeredBefore + inFlight >= IN_FLIGHT;
       if (!settled) await new Promise((resolve) => setImmediate(resolve));
     }
     const unanswered = IN_FLIGHT - answered;
@@ -156,7 +159,7 @@ describe('SIGTERM while Redis is down (distributed mode)', () => {
   beforeAll(async () => {
     stack = await startStack();
     server = await startServerProcess({ ...TEST_SECRETS, ...stack.env, RATE_LIMITS: GENEROUS_RATE_LIMITS });
-  }, 60_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
   afterAll(async () => {
     await server?.kill();
     await stack?.stop();

@@ -2,7 +2,7 @@ import { createTokens } from '../../src/auth/tokens';
 import { createEsdbEventStore } from '../../src/infra/eventstore/esdb';
 import { api, CRM_KEY } from '../support/harness';
 import { startJongodb, type Jongodb } from '../support/jongodb';
-import { startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { startServerProcess, TEST_SECRETS, type ServerProcess, PROCESS_TEST_TIMEOUT_MS } from '../support/server';
 import { startStack, type Stack } from '../support/stack';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
 
@@ -102,7 +102,7 @@ describe('MongoDB unreachable for a while (distributed mode)', () => {
     await proxy?.stop();
     await mongo?.stop();
     await stack?.stop();
-  }, 30_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
 
   test('503 on every route meanwhile, the projector resumes from its checkpoint, readiness follows', async () => {
     const before = await syncCustomer(service, `before.${nextCrmId}@example.com`);
@@ -184,7 +184,7 @@ describe('the event store unreachable for a while (distributed mode)', () => {
     await service?.kill();
     await proxy?.stop();
     await stack?.stop();
-  }, 30_000);
+  }, PROCESS_TEST_TIMEOUT_MS);
 
   test('writes answer 503 meanwhile; the projector resubscribes from its checkpoint by itself; readiness follows', async () => {
     expect((await syncCustomer(service, `esdb.before.${nextCrmId}@example.com`)).status).toBe(201);

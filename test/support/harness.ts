@@ -63,7 +63,15 @@ async function startWith(mode: Mode, env: Record<string, string>, owned: { stack
       done();
     },
   });
-  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', RATE_LIMITS: GENEROUS_RATE_LIMITS, ...env });
+  const config = loadConfig({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'info',
+    RATE_LIMITS: GENEROUS_RATE_LIMITS,
+    ...env,
+    // The admins createUser makes, besides any a test names itself.
+    ADMIN_EMAILS: [env.ADMIN_EMAILS, TEST_ADMIN_EMAILS.join(',')].filter((list) => list !== undefined && list !== '').join(','),
+  });
   const service: RunningService = await startService(config, createLogger(config.logLevel, sink), options.clock);
   const tokens = createTokens({
     jwtAccessSecret: env.JWT_ACCESS_SECRET ?? '',
@@ -130,13 +138,18 @@ export async function api(
 
 let nextCustomerId = 10_000 + Math.floor(Math.random() * 1_000_000);
 
+/** The e-mails every test service lists in ADMIN_EMAILS: createUser's admins take them in turn. */
+const TEST_ADMIN_EMAILS = Array.from({ length: 100 }, (_, i) => `admin.${i}@example.com`);
+let nextAdmin = 0;
+
 /** Creates a user through the CRM endpoint and returns it with an access token signed by the service's key. */
 export async function createUser(
   service: TestService,
   fields: { email?: string; firstName?: string; lastName?: string; role?: 'user' | 'admin' } = {},
 ): Promise<{ id: string; email: string; accessToken: string }> {
   const id = nextCustomerId++;
-  const email = fields.email ?? `user.${id}@example.com`;
+  // An admin's rights follow its e-mail (ADMIN_EMAILS), checked on every admin request.
+  const email = fields.email ?? (fields.role === 'admin' ? TEST_ADMIN_EMAILS[nextAdmin++ % TEST_ADMIN_EMAILS.length] : `user.${id}@example.com`);
   const res = await api(service, 'POST', '/auth/sync-customer', {
     headers: { 'X-Internal-Api-Key': CRM_KEY },
     body: { id, first_name: fields.firstName ?? 'Test', last_name: fields.lastName ?? 'User', email, active: true },

@@ -19,7 +19,16 @@ export interface ServerProcess {
  * its "service started" log line. Use it for tests that restart, kill or run several
  * API processes.
  */
-export async function startServerProcess(env: Record<string, string>, timeoutMs = 30_000, prefix: readonly string[] = []): Promise<ServerProcess> {
+/**
+ * How long a child process may take to print "service started". Generous on purpose: a
+ * start that fails exits (and rejects at once); a slow one is the machine's load (tsx
+ * compiling the sources with the other processes of a busy 2-core machine), not a defect.
+ */
+export const PROCESS_START_TIMEOUT_MS = 120_000;
+/** A test or hook that starts such processes: their start and some work of its own. */
+export const PROCESS_TEST_TIMEOUT_MS = PROCESS_START_TIMEOUT_MS + 60_000;
+
+export async function startServerProcess(env: Record<string, string>, timeoutMs = PROCESS_START_TIMEOUT_MS, prefix: readonly string[] = []): Promise<ServerProcess> {
   // `prefix`: a command that runs the service, e.g. `unshare --pid --fork` for a pid namespace of its own.
   const command = [...prefix, process.execPath, '--import', 'tsx', join(ROOT, 'src', 'main.ts')];
   const child: ChildProcess = spawn(command[0] as string, command.slice(1), {
@@ -30,7 +39,10 @@ export async function startServerProcess(env: Record<string, string>, timeoutMs 
   let output = '';
   let buffered = '';
   const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`service did not start in ${timeoutMs} ms:\n${output}`)), timeoutMs);
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`service did not start in ${timeoutMs} ms:\n${output}`));
+    }, timeoutMs);
     child.stdout?.on('data', (chunk: Buffer) => {
       const text = chunk.toString();
       output += text;

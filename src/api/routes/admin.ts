@@ -2,7 +2,8 @@ import { Router } from 'express';
 import type { Tokens } from '../../auth/tokens';
 import { ConflictError, ForbiddenError } from '../../domain/errors';
 import { RebuildInProgressError, type RebuildReport } from '../../projections/read-models';
-import { caller, requireAccessToken } from '../auth-middleware';
+import type { AdminCheck } from '../admin-check';
+import { requireAccessToken } from '../auth-middleware';
 import { documentRoute } from '../openapi-registry';
 import { rebuildResponse } from '../schemas/audit';
 
@@ -10,6 +11,7 @@ export interface AdminDeps {
   readonly tokens: Tokens;
   /** Rebuilds every read model into a fresh generation and switches once it has caught up. */
   readonly rebuildReadModels: () => Promise<RebuildReport>;
+  readonly isAdmin: AdminCheck;
 }
 
 export const ADMIN_MESSAGES = {
@@ -36,7 +38,7 @@ documentRoute({
 export function adminRoutes(deps: AdminDeps): Router {
   const router = Router();
   router.post('/read-models/rebuild', requireAccessToken(deps.tokens), async (_req, res) => {
-    if (caller(res).role !== 'admin') throw new ForbiddenError(ADMIN_MESSAGES.adminOnly);
+    if (!(await deps.isAdmin(res))) throw new ForbiddenError(ADMIN_MESSAGES.adminOnly);
     try {
       res.status(200).json(await deps.rebuildReadModels());
     } catch (error) {

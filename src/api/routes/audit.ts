@@ -6,6 +6,7 @@ import { ForbiddenError, NotFoundError } from '../../domain/errors';
 import type { EventStore } from '../../infra/eventstore/port';
 import type { ReadStore } from '../../infra/readstore/port';
 import { findDevice, roleOf } from '../../projections/devices';
+import type { AdminCheck } from '../admin-check';
 import { caller, requireAccessToken } from '../auth-middleware';
 import { documentRoute } from '../openapi-registry';
 import { deviceHistoryQuery, deviceHistoryResponse, deviceStateQuery, deviceStateResponse } from '../schemas/audit';
@@ -22,6 +23,7 @@ export interface AuditDeps {
   readonly readStore: ReadStore;
   readonly eventStore: EventStore;
   readonly clock: { now(): Date };
+  readonly isAdmin: AdminCheck;
 }
 
 export const AUDIT_MESSAGES = {
@@ -93,7 +95,7 @@ export function auditRoutes(deps: AuditDeps): Router {
    */
   const auditedUuid = async (res: Response, idOrUuid: string): Promise<Audited> => {
     const who = caller(res);
-    const isAdmin = who.role === 'admin';
+    const isAdmin = await deps.isAdmin(res);
     const key = idOrUuid.toLowerCase();
     const doc = await findDevice(deps.readStore, key);
     if (doc !== null) {

@@ -8,6 +8,7 @@ import { findDevice, listDevicesForUser, roleOf, type DeviceDoc } from '../../pr
 import { USERS_COLLECTION, type UserDoc } from '../../projections/users';
 import { caller, requireAccessToken } from '../auth-middleware';
 import { requestContext } from '../context';
+import type { AdminCheck } from '../admin-check';
 import { documentRoute } from '../openapi-registry';
 import {
   deviceDetailResponse,
@@ -33,6 +34,7 @@ export interface DeviceDeps {
   readonly tokens: Tokens;
   readonly readStore: ReadStore;
   readonly devices: DeviceCommands;
+  readonly isAdmin: AdminCheck;
 }
 
 export const HEARTBEAT_UUID_MISMATCH = 'Device token does not belong to this device';
@@ -292,7 +294,7 @@ export function deviceRoutes(deps: DeviceDeps): Router {
     const who = caller(res);
     const doc = await findDevice(deps.readStore, parseInput(deviceIdParams, req.params).id.toLowerCase());
     const role = doc === null ? null : roleOf(doc, who.sub);
-    if (doc === null || (role === null && who.role !== 'admin')) throw new NotFoundError(DEVICE_MESSAGES.notFound);
+    if (doc === null || (role === null && !(await deps.isAdmin(res)))) throw new NotFoundError(DEVICE_MESSAGES.notFound);
     const linked = await Promise.all(
       doc.users.map(async (link) => ({ id: link.userId, email: (await users.get(link.userId))?.email ?? null, role: link.role })),
     );

@@ -11,6 +11,7 @@ COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
+COPY scripts/bundle.ts ./scripts/
 RUN npm run build
 
 FROM node:${NODE_VERSION}-bookworm-slim AS production-deps

@@ -10,11 +10,13 @@
  * CPU profile of the restarted process there (node --cpu-prof). KEEP=<dir> keeps a copy of the
  * crashed DATA_DIR; DATA_FROM=<dir> restarts on a copy of one instead of filling a new one.
  * SNAPSHOT_INTERVAL_SECONDS and WAIT_MS (a pause before the kill) choose whether a start
- * snapshot covers the events at the crash.
+ * snapshot covers the events at the crash. RUNS=<n> restarts n times, each on a fresh copy of
+ * the crashed DATA_DIR, and prints the medians; MAIN=<file> runs another compiled entry point
+ * (another build of the service) instead of dist/main.js.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { cpSync, mkdtempSync, readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTokens } from '../src/auth/tokens';
@@ -32,10 +34,23 @@ interface Running {
   readonly lines: { readonly at: number; readonly entry: Record<string, unknown> }[];
   readonly spawnedAt: number;
   readonly startedAt: number;
+  /** CPU time (user + system, every thread) the process had used when it logged `service started`; null off Linux. */
+  readonly cpuMs: number | null;
+}
+
+/** From /proc (Linux): less at the mercy of a busy machine than wall time. */
+function cpuMsOf(pid: number | undefined): number | null {
+  try {
+    const fields = readFileSync(`/proc/${String(pid)}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
+    // utime and stime, fields 14 and 15 of stat (11 and 12 after the command), in ticks of 10 ms.
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
 }
 
 function start(dataDir: string, nodeArgs: string[], env: Record<string, string>): Promise<Running> {
-  const entry = DIST ? [join(ROOT, 'dist', 'main.js')] : ['--import', 'tsx', join(ROOT, 'src', 'main.ts')];
+  const entry = DIST ? [process.env.MAIN ?? join(ROOT, 'dist', 'main.js')] : ['--import', 'tsx', join(ROOT, 'src', 'main.ts')];
   const spawnedAt = Date.now();
   const child = spawn(process.execPath, [...nodeArgs, ...entry], {
     cwd: ROOT,
@@ -57,7 +72,7 @@ function start(dataDir: string, nodeArgs: string[], env: Record<string, string>)
           continue;
         }
         lines.push({ at: Date.now(), entry: parsed });
-        if (parsed.msg === 'service started') resolve({ child, port: parsed.port as number, lines, spawnedAt, startedAt: Date.now() });
+        if (parsed.msg === 'service started') resolve({ child, port: parsed.port as number, lines, spawnedAt, startedAt: Date.now(), cpuMs: cpuMsOf(child.pid) });
       }
     });
     child.once('exit', (code) => reject(new Error(`the service exited with ${String(code)}`)));
@@ -115,7 +130,13 @@ async function fill(dataDir: string): Promise<void> {
   if (process.env.KEEP !== undefined) cpSync(dataDir, process.env.KEEP, { recursive: true });
 }
 
-async function restart(dataDir: string): Promise<void> {
+interface Restarted {
+  readonly startedMs: number;
+  readonly readyMs: number;
+  readonly cpuMs: number | null;
+}
+
+async function restart(dataDir: string): Promise<Restarted> {
   const profile = process.env.PROF !== undefined ? ['--cpu-prof', '--cpu-prof-dir', process.env.PROF] : [];
   const service = await start(dataDir, profile, {});
   let readyAt: number;
@@ -127,21 +148,44 @@ async function restart(dataDir: string): Promise<void> {
     }
     await new Promise((done) => setTimeout(done, 20));
   }
-  console.log(JSON.stringify({ build: DIST ? 'dist' : 'tsx', startedMs: service.startedAt - service.spawnedAt, readyMs: readyAt - service.spawnedAt }));
+  // The snapshot a start writes once it serves, when it applied anything (its time and size).
+  for (let waited = 0; waited < 30_000 && !service.lines.some((line) => line.entry.msg === 'start snapshot written'); waited += 100) {
+    await new Promise((done) => setTimeout(done, 100));
+  }
+  console.log(JSON.stringify({ build: DIST ? 'dist' : 'tsx', startedMs: service.startedAt - service.spawnedAt, readyMs: readyAt - service.spawnedAt, cpuMs: service.cpuMs }));
   for (const { at, entry } of service.lines) {
     const { msg, time, level, pid, hostname, service: name, ...rest } = entry;
     void [time, level, pid, hostname, name];
     console.log(`${String(at - service.spawnedAt).padStart(6)} ms  ${String(msg)}  ${JSON.stringify(rest).slice(0, 160)}`);
   }
+  // A clean stop (the CPU profile is written at exit); each run has a copy of the crashed DATA_DIR of its own.
   service.child.kill('SIGTERM');
   await new Promise((done) => service.child.once('exit', done));
+  return { startedMs: service.startedAt - service.spawnedAt, readyMs: readyAt - service.spawnedAt, cpuMs: service.cpuMs };
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? NaN;
 }
 
 async function main(): Promise<void> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'hhc-crash-start-'));
-  if (process.env.DATA_FROM !== undefined) cpSync(process.env.DATA_FROM, dataDir, { recursive: true });
-  else await fill(dataDir);
-  await restart(dataDir);
+  // Node loads its fetch on the first call: not in the time of the first readiness poll.
+  await fetch('http://127.0.0.1:1').catch(() => null);
+  const crashed = mkdtempSync(join(tmpdir(), 'hhc-crash-start-'));
+  if (process.env.DATA_FROM !== undefined) cpSync(process.env.DATA_FROM, crashed, { recursive: true });
+  else await fill(crashed);
+  const runs: Restarted[] = [];
+  for (let run = 0; run < Number(process.env.RUNS ?? 1); run++) {
+    const dataDir = mkdtempSync(join(tmpdir(), 'hhc-crash-start-'));
+    cpSync(crashed, dataDir, { recursive: true });
+    runs.push(await restart(dataDir));
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+  const started = median(runs.map((run) => run.startedMs));
+  const ready = median(runs.map((run) => run.readyMs));
+  const cpu = median(runs.map((run) => run.cpuMs ?? NaN));
+  console.log(JSON.stringify({ runs: runs.length, medianStartedMs: started, medianReadyMs: ready, medianCpuMs: cpu, readyOverGoal: Number((ready / 3000).toFixed(2)) }));
 }
 
 main().catch((error: unknown) => {

@@ -101,7 +101,7 @@ const envSchema = z.object({
   ROLES: roles,
   READ_YOUR_WRITES_TIMEOUT_MS: positiveInt(5000),
   PROJECTOR_LEASE_MS: positiveInt(10_000),
-  SNAPSHOT_EVERY_EVENTS: positiveInt(100_000),
+  SNAPSHOT_EVERY_EVENTS: positiveInt(20_000),
   SNAPSHOT_INTERVAL_SECONDS: positiveInt(300),
   TUNNEL_HANDSHAKES_PER_SECOND: positiveInt(1000),
   RATE_LIMITS: optionalString.transform((spec, ctx) => {

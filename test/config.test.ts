@@ -32,6 +32,9 @@ describe('configuration', () => {
       maxDevicesPerUser: 100,
       offlineAfterSeconds: 300,
       roles: ['api', 'projector', 'expiry'],
+      // A crash start replays at most about this many events after the last snapshot (bench/README.md, "Crash start").
+      snapshotEveryEvents: 20_000,
+      snapshotIntervalSeconds: 300,
     });
   });
 

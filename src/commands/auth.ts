@@ -177,16 +177,18 @@ export function createAuthCommands(deps: AuthCommandDeps): AuthCommands {
     if (result.events.length === 0 || !result.state.exists) return;
     await settle([result.position]);
     const link = deps.appOrigin === undefined ? '' : `\nOr open this link:\n${new URL(deps.appOrigin).origin}/reset-password?token=${token}\n`;
+    const body = (greeting: string): string =>
+      `${greeting},\n\n` +
+      'someone asked to reset the password of your Home Hub account. Your reset token ' +
+      '(valid for one hour, usable once):\n\n' +
+      `${token}\n` +
+      link +
+      '\nIf you did not ask for this, ignore this e-mail: your password stays as it is.\n';
     await deps.mailer.send({
       to: result.state.email,
       subject: 'Reset your Home Hub password',
-      text:
-        `Hello ${result.state.firstName},\n\n` +
-        'someone asked to reset the password of your Home Hub account. Your reset token ' +
-        '(valid for one hour, usable once):\n\n' +
-        `${token}\n` +
-        link +
-        '\nIf you did not ask for this, ignore this e-mail: your password stays as it is.\n',
+      text: body(`Hello ${result.state.firstName}`),
+      forLog: { to: `user ${userId}`, text: body('Hello') },
     });
     logger.info({ userId, requestId }, 'password reset e-mail sent');
   };

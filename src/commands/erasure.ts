@@ -1,14 +1,18 @@
 import { ConflictError, NotFoundError } from '../domain/errors';
 import { deviceDecider, type DeviceState } from '../domain/device';
-import { deviceStream, userStream } from '../domain/events';
+import { deviceStream, sessionStream, userStream } from '../domain/events';
 import type { Actor } from '../domain/messages';
 import { crmCustomerStream, reservationDecider } from '../domain/reservation';
 import type { RevokeReason } from '../domain/session';
 import { USER_MESSAGES, userDecider, type ErasureReason } from '../domain/user';
 import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
-import { deviceSubject, userSubject, type Keyring } from '../privacy/keyring';
+import { DataKeyUnreadableError, deviceSubject, userSubject, type Keyring } from '../privacy/keyring';
+import { ERASED } from '../privacy/personal-fields';
+import type { PlaintextEraser, PlaintextReport } from '../privacy/plaintext';
 import { DEVICES_COLLECTION, type DeviceDoc } from '../projections/devices';
+import { SESSIONS_COLLECTION, type SessionDoc } from '../projections/sessions';
+import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
 import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
 
@@ -17,14 +21,25 @@ import { handleCommand, loadAggregate, type Clock, type CommandContext } from '.
  *   1. each of their links ends (`UserUnlinked`), and a device whose only active owner they
  *      were is deleted (`DeviceDeleted`); all appended with the actor `system`;
  *   2. their refresh-token families are revoked;
- *   3. `UserErased` on their stream: every process refuses their tokens from then on and
- *      closes their sockets, and the users read model drops them;
- *   4. their e-mail and CRM id are released, so a later sync creates a new user;
- *   5. their data key (and the keys of the devices deleted with them) and their password
- *      hashes are destroyed: every sealed field of theirs in the log reads "[erased]";
+ *   3. their data key (and the keys of the devices deleted with them) and their password
+ *      hashes are destroyed: every sealed field of theirs in the log reads "[erased]"; what
+ *      events written before sealing hold of theirs in the clear is rewritten erased
+ *      (embedded) or reported (distributed: `plaintext`, src/privacy/plaintext.ts);
+ *   4. `UserErased` on their stream: every process refuses their tokens from then on, closes
+ *      their sockets and drops the keys of 3 from its cache (src/privacy/event-store.ts), and
+ *      the users read model drops them; the erasure waits until every API process has applied
+ *      it (the revocation reach, as deactivations do), so once it answers no process can still
+ *      open the person's data from a cached key (the keys were gone from the store before
+ *      `UserErased`, so a process reading them again finds nothing);
+ *   5. their e-mail and CRM id are released, so a later sync creates a new user;
  *   6. `afterErasure` (embedded mode: a new start snapshot, so the old one, which held
  *      their read-model documents, is replaced on disk).
  * Every step is idempotent, so an erasure that failed half-way is finished by asking again.
+ *
+ * A data key of the person (or of a device linked to them) that is kept but damaged (it does
+ * not open: DataKeyUnreadableError, a 503 everywhere else) does not block their erasure: what
+ * it sealed is lost already, so the erasure destroys that key first and goes on, every field it
+ * sealed reading "[erased]"; the e-mail to release then comes from the users read model.
  */
 
 export interface ErasureDeps {
@@ -36,6 +51,15 @@ export interface ErasureDeps {
   readonly keyring: Keyring;
   readonly releaseEmail: (email: string, userId: string, ctx: CommandContext) => Promise<void>;
   readonly revokeSessions: (userId: string, reason: RevokeReason, ctx: CommandContext) => Promise<void>;
+  /**
+   * Personal fields of the person that events written before sealing hold in the clear:
+   * rewritten erased where the log can (embedded), reported where it cannot (distributed).
+   */
+  readonly plaintext?: PlaintextEraser;
+  /** Told of what `plaintext` could not rewrite (stream names and a count, never data). */
+  readonly onPlaintextLeft?: (report: PlaintextReport) => void;
+  /** Resolves once every API process has applied the log up to `position` (their revocation feeds). */
+  readonly revocationsApplied?: (position: GlobalPosition) => Promise<void>;
   readonly afterErasure?: () => Promise<void>;
 }
 
@@ -99,16 +123,28 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
     return deleted;
   };
 
-  const erase = async (userId: string, reason: ErasureReason, ctx: CommandContext): Promise<void> => {
+  const erase = async (userId: string, reason: ErasureReason, ctx: CommandContext, knownEmail: string | null): Promise<void> => {
     const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
     if (!before.state.exists) return;
-    const { email, syncId } = before.state;
+    const { syncId } = before.state;
+    // "[erased]" when their key is gone already (an erasure that stopped half-way, a damaged
+    // key): their reservation is named by the address the users read model still holds.
+    const email = before.state.email !== ERASED ? before.state.email : (knownEmail ?? (await readStore.collection<UserDoc>(USERS_COLLECTION).get(userId))?.email ?? null);
     const seen: { last: GlobalPosition | null } = { last: null };
     const track = (position: GlobalPosition | null): void => {
       if (position !== null) seen.last = position;
     };
+    // Their sessions' streams, found while the sessions read model still lists them.
+    const sessions = await readStore.collection<SessionDoc>(SESSIONS_COLLECTION).find({ where: { userId } });
     const devices = await endLinks(userId, ctx, track);
     await deps.revokeSessions(userId, 'erased', asSystem(ctx));
+    const subjects = [userSubject(userId), ...devices.map(deviceSubject)];
+    await deps.keyring.destroy(subjects, userId);
+    if (deps.plaintext !== undefined) {
+      const streams = [userStream(userId), ...sessions.map((s) => sessionStream(s.id)), ...devices.map(deviceStream)];
+      const report = await deps.plaintext({ subjects, streams });
+      if (report.left.length > 0) deps.onPlaintextLeft?.(report);
+    }
     const erased = await handleCommand(
       eventStore,
       userDecider,
@@ -118,7 +154,8 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
       clock,
     );
     track(erased.position);
-    await deps.releaseEmail(email, userId, asSystem(ctx));
+    if (erased.position !== null) await deps.revocationsApplied?.(erased.position);
+    if (email !== null && email !== ERASED) await deps.releaseEmail(email, userId, asSystem(ctx));
     const released = await handleCommand(
       eventStore,
       crmReservation,
@@ -128,9 +165,31 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
       clock,
     );
     track(released.position);
-    await deps.keyring.destroy([userSubject(userId), ...devices.map(deviceSubject)], userId);
     if (seen.last !== null) await deps.watermark.waitFor(seen.last, deps.readYourWritesTimeoutMs);
     await deps.afterErasure?.();
+  };
+
+  /**
+   * Runs `work` (reads of the person's events included); a damaged key of the person, or of a
+   * device linked to them, is destroyed and `work` run again, once per key.
+   */
+  const despiteDamagedKeys = async <T>(userId: string, work: (knownEmail: string | null) => Promise<T>): Promise<T> => {
+    const destroyed = new Set<string>();
+    let knownEmail: string | null = null;
+    for (;;) {
+      try {
+        return await work(knownEmail);
+      } catch (error) {
+        if (!(error instanceof DataKeyUnreadableError) || destroyed.has(error.subject)) throw error;
+        const linked = await readStore.collection<DeviceDoc>(DEVICES_COLLECTION).find({ where: { 'users.userId': userId } });
+        const ours = new Set([userSubject(userId), ...linked.map((d) => deviceSubject(d.uuid))]);
+        if (!ours.has(error.subject)) throw error;
+        // Taken before the person's own key goes: their reservation is named by their address.
+        knownEmail ??= (await readStore.collection<UserDoc>(USERS_COLLECTION).get(userId))?.email ?? null;
+        await deps.keyring.destroy([error.subject]);
+        destroyed.add(error.subject);
+      }
+    }
   };
 
   return {
@@ -147,25 +206,28 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
         }
       }
       if (owner !== null) {
-        await erase(owner, 'crm', ctx);
-        return { userId: owner };
+        const erased = owner;
+        await despiteDamagedKeys(erased, (knownEmail) => erase(erased, 'crm', ctx, knownEmail));
+        return { userId: erased };
       }
       // Erased before: the same answer again, if that user really was erased (not merely renumbered).
       if (lastReleased !== null && (await wasErased(eventStore, lastReleased))) return { userId: lastReleased };
       throw new NotFoundError(USER_MESSAGES.notFound);
     },
     async eraseUser(userId, reason, ctx) {
-      const known = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
-      if (!known.state.exists) {
-        if (await wasErased(eventStore, userId)) return;
-        throw new NotFoundError(USER_MESSAGES.notFound);
-      }
-      try {
-        await erase(userId, reason, ctx);
-      } catch (error) {
-        if (error instanceof ConflictError) throw new ConflictError('The account was changed concurrently, please retry');
-        throw error;
-      }
+      await despiteDamagedKeys(userId, async (knownEmail) => {
+        const known = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
+        if (!known.state.exists) {
+          if (await wasErased(eventStore, userId)) return;
+          throw new NotFoundError(USER_MESSAGES.notFound);
+        }
+        try {
+          await erase(userId, reason, ctx, knownEmail);
+        } catch (error) {
+          if (error instanceof ConflictError) throw new ConflictError('The account was changed concurrently, please retry');
+          throw error;
+        }
+      });
     },
   };
 }

@@ -1,10 +1,12 @@
-import { MongoClient, type Db, type MongoClientOptions } from 'mongodb';
+import type { Db, MongoClient, MongoClientOptions } from 'mongodb';
 
 /**
  * A connected client and its database (`dbName`, or the one the URI names). A client that
  * fails to connect is closed before the error is passed on, so no pool is left behind.
+ * The driver is loaded on the first connection: embedded mode never loads it.
  */
 export async function connectMongo(uri: string, dbName?: string, clientOptions?: MongoClientOptions): Promise<{ client: MongoClient; db: Db }> {
+  const { MongoClient } = await import('mongodb');
   const client = new MongoClient(uri, clientOptions);
   try {
     await client.connect();

@@ -1,16 +1,3 @@
-import { CancelledError, DeadlineExceededError, NotLeaderError, TimeoutError, UnavailableError } from '@eventstore/db-client';
-import {
-  MongoClientClosedError,
-  MongoError,
-  MongoNetworkError,
-  MongoNotConnectedError,
-  MongoServerClosedError,
-  MongoServerError,
-  MongoServerSelectionError,
-  MongoTopologyClosedError,
-  MongoWriteConcernError,
-} from 'mongodb';
-
 /**
  * Whether an error says a store (MongoDB, EventStoreDB, Redis) could not be reached or
  * answered "not now", as opposed to a fault in what was asked. Such an error is the
@@ -59,32 +46,50 @@ const NETWORK_CODES: ReadonlySet<string> = new Set([
   'EAI_AGAIN',
 ]);
 
+/**
+ * The drivers' error classes by name, matched along the prototype chain (what `instanceof`
+ * does, subclasses included) without importing the drivers: embedded mode never loads
+ * `mongodb` or `@eventstore/db-client`, and their classes keep their names.
+ */
+function classNames(error: object): Set<string> {
+  const names = new Set<string>();
+  for (let proto: unknown = Object.getPrototypeOf(error); proto !== null && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
+    const ctor = (proto as { constructor?: unknown }).constructor;
+    if (typeof ctor === 'function') names.add(ctor.name);
+  }
+  return names;
+}
+
+/** MongoDB: the network (a dropped connection, a cleared pool), no server to select, or a client closed under a request (at shutdown). */
+const MONGO_TRANSIENT_CLASSES = [
+  'MongoNetworkError',
+  'MongoServerSelectionError',
+  'MongoNotConnectedError',
+  'MongoTopologyClosedError',
+  'MongoClientClosedError',
+  'MongoServerClosedError',
+] as const;
+
+/** EventStoreDB (gRPC, each a `CommandErrorBase`): the server unreachable, not answering in time, or not the leader. */
+const ESDB_TRANSIENT_CLASSES = ['UnavailableError', 'DeadlineExceededError', 'TimeoutError', 'NotLeaderError', 'CancelledError'] as const;
+
+function hasErrorLabel(error: object, label: string): boolean {
+  const method = (error as { hasErrorLabel?: unknown }).hasErrorLabel;
+  return typeof method === 'function' && (method as (label: string) => unknown).call(error, label) === true;
+}
+
 function isTransientItself(error: unknown): boolean {
-  // MongoDB: the network (a dropped connection, a cleared pool), no server to select, or a
-  // client closed under a request (at shutdown).
-  if (
-    error instanceof MongoNetworkError ||
-    error instanceof MongoServerSelectionError ||
-    error instanceof MongoNotConnectedError ||
-    error instanceof MongoTopologyClosedError ||
-    error instanceof MongoClientClosedError ||
-    error instanceof MongoServerClosedError
-  ) {
-    return true;
-  }
-  if (error instanceof MongoServerError || error instanceof MongoWriteConcernError) {
-    if (typeof error.code === 'number' && MONGO_TRANSIENT_CODES.has(error.code)) return true;
-  }
-  if (error instanceof MongoError && (error.hasErrorLabel('ResetPool') || error.hasErrorLabel('TransientTransactionError'))) return true;
-  // EventStoreDB (gRPC): the server unreachable, not answering in time, or not the leader.
-  if (
-    error instanceof UnavailableError ||
-    error instanceof DeadlineExceededError ||
-    error instanceof TimeoutError ||
-    error instanceof NotLeaderError ||
-    error instanceof CancelledError
-  ) {
-    return true;
+  if (typeof error === 'object' && error !== null) {
+    const names = classNames(error);
+    if (names.has('MongoError')) {
+      if (MONGO_TRANSIENT_CLASSES.some((name) => names.has(name))) return true;
+      if (names.has('MongoServerError') || names.has('MongoWriteConcernError')) {
+        const code = (error as { code?: unknown }).code;
+        if (typeof code === 'number' && MONGO_TRANSIENT_CODES.has(code)) return true;
+      }
+      if (hasErrorLabel(error, 'ResetPool') || hasErrorLabel(error, 'TransientTransactionError')) return true;
+    }
+    if (names.has('CommandErrorBase') && ESDB_TRANSIENT_CLASSES.some((name) => names.has(name))) return true;
   }
   // Redis (ioredis, whose error classes are not exported): a command given up on while
   // disconnected, a closed connection, or a server that is loading or failing over.

@@ -12,7 +12,7 @@ import type {
   SubscriptionItem,
 } from '../infra/eventstore/port';
 import { open, seal } from './crypto';
-import { deviceSubject, userSubject, type Keyring } from './keyring';
+import { DataKeyUnreadableError, deviceSubject, userSubject, type Keyring } from './keyring';
 import { ERASED, PERSONAL_FIELDS, SEALED_FIELD, getPath, setPath, subjectOf } from './personal-fields';
 
 /**
@@ -68,14 +68,23 @@ export async function sealEventData(keyring: Keyring, type: string, streamName: 
   return stampVersion(type, { ...rest, [SEALED_FIELD]: box });
 }
 
-/** The stored data with its sealed fields opened (or "[erased]"), upcast to the current version. */
-export async function openEventData(keyring: Keyring, type: string, data: unknown): Promise<unknown> {
+/**
+ * The stored data with its sealed fields opened (or "[erased]"), upcast to the current version.
+ * A damaged key (DataKeyUnreadableError) is the caller's error, unless `damagedAsErased`.
+ */
+export async function openEventData(keyring: Keyring, type: string, data: unknown, damagedAsErased = false): Promise<unknown> {
   if (!isRecord(data)) return upcast(type, data);
   const box = data[SEALED_FIELD];
   if (!isSealedBox(box)) return upcast(type, data);
   const { [SEALED_FIELD]: _box, ...rest } = data;
   let opened: Record<string, unknown> = rest;
-  const key = await keyring.keyById(box.k);
+  let key: Buffer | null;
+  try {
+    key = await keyring.keyById(box.k);
+  } catch (error) {
+    if (!damagedAsErased || !(error instanceof DataKeyUnreadableError)) throw error;
+    key = null;
+  }
   const plain = key === null ? null : open(key, box.c, aad(type, box.k));
   let values: Record<string, unknown> | null = null;
   if (plain !== null) {
@@ -111,10 +120,16 @@ function mapIterable<T>(source: AsyncIterable<T>, needs: (item: T) => boolean, m
   };
 }
 
+/**
+ * Reads of streams (command folds, the export, the audit endpoints) fail on a damaged data
+ * key with DataKeyUnreadableError, a 503 for the requests about that person or device only.
+ * Subscriptions (the projector, the revocation feeds) read its fields as "[erased]" instead:
+ * one damaged key must not stop the read models of everyone (what it sealed is lost anyway).
+ */
 export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateEventStoreOptions): EventStore {
-  const openRecorded = async (event: RecordedEvent): Promise<RecordedEvent> => {
+  const openRecorded = async (event: RecordedEvent, damagedAsErased = false): Promise<RecordedEvent> => {
     if (event.type === 'UserErased' && isRecord(event.data)) forgetErased(keyring, event.data);
-    const data = await openEventData(keyring, event.type, event.data);
+    const data = await openEventData(keyring, event.type, event.data, damagedAsErased);
     return data === event.data ? event : { ...event, data };
   };
 
@@ -130,14 +145,14 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
       return inner.append(streamName, sealed, expected);
     },
     readStream(streamName: string, options?: ReadStreamOptions): AsyncIterable<RecordedEvent> {
-      return mapIterable(inner.readStream(streamName, options), needsOpening, openRecorded);
+      return mapIterable(inner.readStream(streamName, options), needsOpening, (event) => openRecorded(event));
     },
     subscribe(options?: SubscribeOptions): Subscription {
       const subscription = inner.subscribe(options);
       const items = mapIterable<SubscriptionItem>(
         subscription,
         (item) => item.kind === 'event' && needsOpening(item.event),
-        async (item) => (item.kind === 'event' ? { kind: 'event', event: await openRecorded(item.event) } : item),
+        async (item) => (item.kind === 'event' ? { kind: 'event', event: await openRecorded(item.event, true) } : item),
       );
       return { close: () => subscription.close(), [Symbol.asyncIterator]: () => items[Symbol.asyncIterator]() };
     },

@@ -41,7 +41,58 @@ export function subjectOfKeyId(keyId: string): string {
   return hash < 0 ? keyId : keyId.slice(0, hash);
 }
 
-/** How long an opened key is kept in memory; a key destroyed by another process is gone here after that at the latest. */
+/**
+ * A data key that is kept but does not open with the key-encryption key: its wrapping was
+ * damaged (the key-encryption key itself is checked at start, checkKeyEncryptionKey). What it
+ * sealed cannot be read now, which is the store's failure, not the request's: `statusCode` 503
+ * (the API answers 503, never 500). The message names the subject (an id), never a key.
+ */
+export class DataKeyUnreadableError extends Error {
+  readonly statusCode = 503;
+  constructor(readonly subject: string) {
+    super(`The data key of ${subject} is kept but does not open with DATA_KEY_ENCRYPTION_KEY (damaged)`);
+    this.name = 'DataKeyUnreadableError';
+  }
+}
+
+/** The key store's check value: a constant wrapped by the key-encryption key, kept beside the data keys. */
+export const KEY_CHECK_SUBJECT = '$key-check';
+const KEY_CHECK_VALUE = Buffer.from('home-hub-cloud data-key-encryption-key check v1', 'utf8');
+
+/** The key-encryption key given is not the one the key store's data keys are wrapped with. */
+export class KeyEncryptionKeyMismatchError extends Error {
+  constructor() {
+    super(
+      'DATA_KEY_ENCRYPTION_KEY is not the key this key store was written with: its check value does not open with it. ' +
+        'Refusing to start (every sealed field would fail to read). Start with the key the data keys were wrapped with.',
+    );
+    this.name = 'KeyEncryptionKeyMismatchError';
+  }
+}
+
+/**
+ * At start, before anything reads or seals: a key store without a check value gets one (the
+ * constant sealed under this key-encryption key); one with a check value that does not open
+ * with this key refuses the start (KeyEncryptionKeyMismatchError), so a wrong or changed key
+ * never serves, not even with readiness green and every personal read failing.
+ */
+export async function checkKeyEncryptionKey(store: CredentialStore, keyEncryptionKey: Buffer): Promise<'matched' | 'stored'> {
+  let kept = await store.getDataKey(KEY_CHECK_SUBJECT);
+  let outcome: 'matched' | 'stored' = 'matched';
+  if (kept === null) {
+    kept = await store.putDataKey(KEY_CHECK_SUBJECT, { id: 'check', wrapped: seal(keyEncryptionKey, KEY_CHECK_VALUE, KEY_CHECK_SUBJECT) });
+    outcome = 'stored';
+  }
+  const opened = open(keyEncryptionKey, kept.wrapped, KEY_CHECK_SUBJECT);
+  if (opened === null || !opened.equals(KEY_CHECK_VALUE)) throw new KeyEncryptionKeyMismatchError();
+  return outcome;
+}
+
+/**
+ * How long an opened key is kept in memory. A key destroyed by an erasure in another process is
+ * dropped sooner: when that erasure's `UserErased` passes this process's subscriptions, which
+ * the erasure waits for in every API process before it answers.
+ */
 const CACHE_MS = 30_000;
 const MAX_CACHED = 50_000;
 /** How often a box naming a key this process does not have makes it ask the store again. */
@@ -58,18 +109,28 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
     if (cache.size > MAX_CACHED) cache.delete(cache.keys().next().value as string);
   };
 
+  // Per subject evicted or destroyed in this process: how many times. A load that was under way
+  // when its subject was evicted looks again rather than keep (and cache) what it read before.
+  const evictions = new Map<string, number>();
+
   const load = async (subject: string): Promise<DataKey | null> => {
     const cached = cache.get(subject);
     if (cached !== undefined && now() - cached.at < CACHE_MS) return cached.key;
+    const evicted = evictions.get(subject);
     const stored = await store.getDataKey(subject);
+    if (evictions.get(subject) !== evicted) return load(subject);
     const key = stored === null ? null : unwrap(subject, stored.id, stored.wrapped);
     remember(subject, key);
     return key;
   };
+  const evict = (subject: string): void => {
+    cache.delete(subject);
+    evictions.set(subject, (evictions.get(subject) ?? 0) + 1);
+  };
 
   const unwrap = (subject: string, id: string, wrapped: string): DataKey => {
     const key = open(keyEncryptionKey, wrapped, subject);
-    if (key === null) throw new Error(`The data key of ${subject} does not open with DATA_KEY_ENCRYPTION_KEY (was the key changed?)`);
+    if (key === null) throw new DataKeyUnreadableError(subject);
     return { keyId: `${subject}#${id}`, key };
   };
 
@@ -109,10 +170,11 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
     },
     async destroy(subjects, userId) {
       await store.forget({ ...(userId !== undefined ? { userId } : {}), dataKeySubjects: subjects });
-      for (const subject of subjects) remember(subject, null);
+      for (const subject of subjects) {
+        evict(subject);
+        remember(subject, null);
+      }
     },
-    evict(subject) {
-      cache.delete(subject);
-    },
+    evict,
   };
 }

@@ -6,7 +6,7 @@ import type { EventStore } from '../infra/eventstore/port';
 import { resolveEmbeddedSecrets } from '../secrets';
 import { derivePrivacyKeys } from './crypto';
 import { createPrivateEventStore } from './event-store';
-import { createKeyring } from './keyring';
+import { checkKeyEncryptionKey, createKeyring } from './keyring';
 
 /**
  * A raw event store made readable the way the service reads it (opened personal fields,
@@ -17,7 +17,14 @@ export async function readableEventStore(config: Config, raw: EventStore): Promi
   if (secret === undefined) throw new Error('DATA_KEY_ENCRYPTION_KEY is not set');
   const credentials: CredentialStore =
     config.mode === 'embedded' ? await openFileCredentialStore(config.dataDir) : await openMongoCredentialStore(config.mongodbUri);
-  const keyring = createKeyring(credentials, derivePrivacyKeys(secret).keyEncryptionKey);
+  const { keyEncryptionKey } = derivePrivacyKeys(secret);
+  try {
+    await checkKeyEncryptionKey(credentials, keyEncryptionKey);
+  } catch (error) {
+    await credentials.close();
+    throw error;
+  }
+  const keyring = createKeyring(credentials, keyEncryptionKey);
   return {
     eventStore: createPrivateEventStore(raw, { keyring }),
     close: async () => {

@@ -1,19 +1,18 @@
-import Redis from 'ioredis';
+import type Redis from 'ioredis';
 import type { Config, Secrets } from '../config';
 import type { Logger } from '../logger';
 import type { CredentialStore } from '../infra/credentials/port';
 import { openFileCredentialStore } from '../infra/credentials/file';
-import { openMongoCredentialStore } from '../infra/credentials/mongo';
 import type { EventStore } from '../infra/eventstore/port';
 import { openEmbeddedEventStore } from '../infra/eventstore/embedded';
-import { createEsdbEventStore } from '../infra/eventstore/esdb';
 import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/instrumented';
 import type { ReadStore } from '../infra/readstore/port';
 import { derivePrivacyKeys, type PrivacyKeys } from '../privacy/crypto';
 import { createPrivateEventStore } from '../privacy/event-store';
-import { createKeyring, type Keyring } from '../privacy/keyring';
-import { openMemoryReadModels, openMongoReadModels, type ReadModels } from '../projections/read-models';
-import { createLocalWatermark, createRedisWatermark, type Watermark } from '../projections/watermark';
+import { redactedPlaintext, type PlaintextEraser } from '../privacy/plaintext';
+import { checkKeyEncryptionKey, createKeyring, KeyEncryptionKeyMismatchError, type Keyring } from '../privacy/keyring';
+import { openMemoryReadModels, type ReadModels } from '../projections/read-models';
+import { createLocalWatermark, type Watermark } from '../projections/watermark';
 import { resolveEmbeddedSecrets } from '../secrets';
 import { loadStartSnapshot, restoredPosition, snapshotFile, snapshotVersion, type StartSnapshot } from './snapshot';
 
@@ -36,6 +35,11 @@ export interface Infrastructure {
   /** The data keys of crypto-shredding (decisions §11), kept in `credentials`. */
   readonly keyring: Keyring;
   readonly privacyKeys: PrivacyKeys;
+  /**
+   * Personal fields of an erased person that events written before sealing hold in the clear:
+   * rewritten with them erased (embedded), found and reported (distributed).
+   */
+  readonly plaintext: PlaintextEraser;
   /** Embedded mode: the start snapshot restored (if any) and how to take a new one. Distributed: null. */
   readonly snapshot: StartSnapshot | null;
   readonly close: () => Promise<void>;
@@ -43,6 +47,21 @@ export interface Infrastructure {
 
 /** Held in Redis by the active projector (distributed mode); the rebuild asks whether one runs. */
 export const PROJECTOR_LEASE_KEY = 'hhc:projector:lease';
+
+/**
+ * The key-encryption key against the key store's check value (src/privacy/keyring.ts), before
+ * anything reads or seals: a key that is not the store's refuses the start with one clear log
+ * line (which never holds a key), rather than serving with every personal read failing.
+ */
+export async function checkKeyStore(credentials: CredentialStore, keys: PrivacyKeys, logger: Logger): Promise<void> {
+  try {
+    if ((await checkKeyEncryptionKey(credentials, keys.keyEncryptionKey)) === 'stored') logger.info('key store: check value of DATA_KEY_ENCRYPTION_KEY stored');
+  } catch (error) {
+    if (error instanceof KeyEncryptionKeyMismatchError) logger.error(error.message);
+    await credentials.close().catch(() => undefined);
+    throw error;
+  }
+}
 
 export async function connectInfrastructure(config: Config, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
   if (config.mode === 'embedded') {
@@ -52,11 +71,18 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     }
     const credentials = await openFileCredentialStore(config.dataDir);
     const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(secrets));
+    await checkKeyStore(credentials, privacyKeys, logger);
     const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
-    const eventStore = createPrivateEventStore(
-      instrumentEventStore(await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) }), appends),
-      { keyring },
-    );
+    const log = await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) });
+    const eventStore = createPrivateEventStore(instrumentEventStore(log, appends), { keyring });
+    const plaintext: PlaintextEraser = async ({ subjects, streams }) => {
+      const erased = new Set(subjects);
+      const { eventsRewritten } = await log.rewriteStreams(streams, (streamName, event) => {
+        const data = redactedPlaintext(event.type, streamName, event.data, erased);
+        return data === null ? null : { ...event, data };
+      });
+      return { rewritten: eventsRewritten, left: [], leftEvents: 0 };
+    };
     const snapshotAt = snapshotFile(config.dataDir);
     const restored = await loadStartSnapshot(snapshotAt, snapshotVersion(config.version), eventStore, logger);
     const readModels = await openMemoryReadModels(eventStore, restored?.readModels);
@@ -75,6 +101,7 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
       credentials,
       keyring,
       privacyKeys,
+      plaintext,
       snapshot: { file: snapshotAt, restored, exportReadModels: () => readModels.exportServed() },
       close: async () => {
         await watermark.close();
@@ -85,41 +112,9 @@ export async function connectInfrastructure(config: Config, logger: Logger, appe
     };
   }
 
-  const redisOptions = { maxRetriesPerRequest: null, lazyConnect: false } as const;
-  const redis = new Redis(config.redisUrl, redisOptions);
-  const subscriber = new Redis(config.redisUrl, redisOptions);
-  redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
-  subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
-  // The `credentials` collection of the read models' database, on a client of its own.
-  const credentials = await openMongoCredentialStore(config.mongodbUri);
-  const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(config.secrets));
-  const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
-  const eventStore = createPrivateEventStore(instrumentEventStore(createEsdbEventStore(config.eventStoreUrl), appends), { keyring });
-  const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
-    isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
-  });
-  const readStore = readModels.readStore;
-  const watermark = await createRedisWatermark(redis, subscriber, readStore);
-  return {
-    eventStore,
-    readStore,
-    readModels,
-    watermark,
-    secrets: config.secrets,
-    redis,
-    credentials,
-    keyring,
-    privacyKeys,
-    snapshot: null,
-    close: async () => {
-      await watermark.close();
-      await readStore.close();
-      await credentials.close();
-      await eventStore.close();
-      subscriber.disconnect();
-      redis.disconnect();
-    },
-  };
+  // The drivers (ioredis, mongodb, @eventstore/db-client) load here, never in embedded mode.
+  const { connectDistributedInfrastructure } = await import('./distributed-adapters');
+  return connectDistributedInfrastructure(config, logger, appends);
 }
 
 export function requireDataKeyEncryptionKey(secrets: Secrets): string {

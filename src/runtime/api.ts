@@ -83,6 +83,13 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     keyring: infra.keyring,
     releaseEmail: (email, userId, ctx) => users.releaseEmail(email, userId, ctx),
     revokeSessions: (userId, reason, ctx) => sessions.revokeAllForUser(userId, reason, ctx),
+    revocationsApplied: revoked,
+    plaintext: infra.plaintext,
+    onPlaintextLeft: ({ left, leftEvents }) =>
+      logger.warn(
+        { streams: left, events: leftEvents },
+        'erasure: events written before personal fields were sealed keep them in the clear in EventStoreDB, which cannot rewrite them (README, Personal data)',
+      ),
     ...(afterErasure !== undefined ? { afterErasure } : {}),
   });
   const tokens = withAccessRevocations(createTokens(infra.secrets), revocations.revocations);
@@ -167,6 +174,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
     // A token revoked through another process: the heartbeat path re-reads the device stream
     // instead of trusting its fold (src/commands/devices.ts).
     onDeviceRevoked: (streamName) => deps.deviceStates.forget(streamName),
+    deviceStates: deps.deviceStates,
     // A burst the limits allow is never refused for being a burst (decisions §5).
     options: {
       maxPendingPerSocket: Math.max(

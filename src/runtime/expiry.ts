@@ -6,7 +6,6 @@ import { createPresenceCommands } from '../commands/presence';
 import type { DeviceState } from '../domain/device';
 import { startExpiryRole as startExpiryFeed, type ExpiryRole } from '../presence/expiry-role';
 import { createTimerExpiryScheduler } from '../presence/timer-scheduler';
-import { createBullmqExpiryScheduler } from '../presence/bullmq-scheduler';
 import type { Infrastructure } from './adapters';
 
 /**
@@ -33,7 +32,8 @@ export async function startExpiryRole(
   const scheduler =
     config.mode === 'embedded'
       ? createTimerExpiryScheduler({ onError: (_key, error) => warn(error) })
-      : createBullmqExpiryScheduler({ redisUrl: config.redisUrl, onReconnect: () => role?.resync(), onError: warn });
+      : // BullMQ (and its Redis client) load only here: never in embedded mode.
+        (await import('../presence/bullmq-scheduler')).createBullmqExpiryScheduler({ redisUrl: config.redisUrl, onReconnect: () => role?.resync(), onError: warn });
   role = await startExpiryFeed({
     eventStore: infra.eventStore,
     readStore: infra.readStore,

@@ -8,11 +8,12 @@ import { deviceToken, registerHub } from '../support/tunnel';
  * The tier of a request is the tier of the route that answers it, however its path is
  * spelled (decisions §6): `/auth/Login`, `/AUTH/LOGIN/` count as login; `//auth//login`,
  * `/auth%2Flogin`, which no route answers, get the 404 of an unknown route in the general
- * tier and never reach the handler. Every tiered route, in both limiter stores.
+ * tier and never reach the handler. Every tiered route, in both limiter stores; the erasure
+ * and export routes also refuse every spelling without the access token.
  */
 
 // Distinct limits, so the X-RateLimit-Limit header names the tier that counted.
-const LIMITS = 'login=40/60,refresh=41/60,auth=42/60,sync=1000/60,register=43/60,heartbeat=44/60,general=100/60,ops=45/60';
+const LIMITS = 'login=40/60,refresh=41/60,auth=42/60,sync=1000/60,register=43/60,heartbeat=44/60,general=100/60,ops=45/60,export=46/60';
 const GENERAL = 100;
 
 let ipCounter = 1;
@@ -77,6 +78,44 @@ describe.each<Mode>(MODES)('rate-limit tier by the route that answers (%s mode)'
     const issued = await renew(other);
     expect(issued.status).toBe(401);
     expect(issued.headers['x-ratelimit-limit']).toBe(String(GENERAL));
+  });
+
+  test('erasure by the person (DELETE /users/me): the authentication tier, and never without the token', async () => {
+    const user = await createUser(service);
+    const path = '/api/v1/users/me';
+    const ip = freshIp();
+    const wrongPassword = { password: 'not-the-password-1' };
+    const send = (p: string) => rawRequest(service, 'DELETE', p, { body: wrongPassword, headers: { 'X-Forwarded-For': ip, Authorization: `Bearer ${user.accessToken}` } });
+    await expectOneTier(send, path, { tier: 42, general: GENERAL });
+    // Every routed spelling reaches the handler, which asks for the password (and erases nothing).
+    for (const variant of [path, ...pathVariants(path).routed]) {
+      const res = await send(variant);
+      expect({ variant, status: res.status, body: res.body }).toEqual({ variant, status: 401, body: expect.objectContaining({ message: 'Invalid email or password' }) });
+    }
+    // Without the access token no spelling reaches it either.
+    const anonymous = freshIp();
+    for (const variant of [path, ...pathVariants(path).routed]) {
+      const res = await rawRequest(service, 'DELETE', variant, { body: wrongPassword, headers: { 'X-Forwarded-For': anonymous } });
+      expect({ variant, status: res.status }).toEqual({ variant, status: 401 });
+    }
+    expect((await rawRequest(service, 'GET', '/api/v1/users/me', { headers: { Authorization: `Bearer ${user.accessToken}` } })).status).toBe(200);
+  });
+
+  test('export (GET /users/me/export): the export tier per user, and never without the token', async () => {
+    const user = await createUser(service);
+    const path = '/api/v1/users/me/export';
+    const send = (p: string) => rawRequest(service, 'GET', p, { headers: { 'X-Forwarded-For': freshIp(), Authorization: `Bearer ${user.accessToken}` } });
+    // Per user: a new address for every request still counts against the same counter.
+    await expectOneTier(send, path, { tier: 46, general: GENERAL });
+    for (const variant of [path, ...pathVariants(path).routed]) {
+      const res = await send(variant);
+      expect({ variant, status: res.status, user: (res.body as { user?: { id?: unknown } } | null)?.user?.id }).toEqual({ variant, status: 200, user: user.id });
+    }
+    const anonymous = freshIp();
+    for (const variant of [path, ...pathVariants(path).routed]) {
+      const res = await rawRequest(service, 'GET', variant, { headers: { 'X-Forwarded-For': anonymous } });
+      expect({ variant, status: res.status, export: typeof (res.body as { exportedAt?: unknown } | null)?.exportedAt }).toEqual({ variant, status: 401, export: 'undefined' });
+    }
   });
 
   test('health and metrics: the operations tier', async () => {

@@ -70,6 +70,14 @@ describe('isTransientStoreError', () => {
     ];
     expect(cases.filter((error) => isTransientStoreError(error))).toEqual([]);
   });
+
+  test("the drivers' classes are told apart by their lineage, not by a name alone", () => {
+    // Classification never imports the drivers (embedded mode does not load them): a class of
+    // the same name from elsewhere is not the driver's.
+    class TimeoutError extends Error {}
+    class MongoNetworkError extends Error {}
+    expect([new TimeoutError('late'), new MongoNetworkError('closed')].filter((error) => isTransientStoreError(error))).toEqual([]);
+  });
 });
 
 describe('the error middleware: a store outage is 503, never 500', () => {

@@ -29,6 +29,7 @@ import {
   setRecordFlags,
   type RawRecord,
   type SegmentHeader,
+  type StoredEvent,
 } from './record-format';
 import { RecordCursor, SCAN_CHUNK_SIZE } from './record-cursor';
 import { COMPACTION_SUFFIX } from './recovery';
@@ -51,12 +52,20 @@ export interface ReclaimRule {
   readonly newestRevision: number;
 }
 
+/**
+ * Rewrites the event of a kept record (a redaction: the erasure of personal fields written in
+ * the clear before they were sealed); null keeps it as it is. Id, type, stream, revision,
+ * position and metadata stay what they were.
+ */
+export type RecordRewrite = (streamName: string, event: StoredEvent) => StoredEvent | null;
+
 export interface CompactedSegment {
   readonly header: SegmentHeader;
   readonly table: SegmentTable;
   /** Highest reclaimed revision of each stream that lost events. */
   readonly reclaimedThrough: ReadonlyMap<string, number>;
   readonly eventsReclaimed: number;
+  readonly eventsRewritten: number;
   readonly bytesBefore: number;
   readonly bytesAfter: number;
 }
@@ -67,7 +76,8 @@ function isReclaimed(record: RawRecord, rules: ReadonlyMap<string, ReclaimRule>)
 }
 
 /** The record as the compacted file holds it: compact format, each one a whole append. */
-function keptBytes(record: RawRecord): Buffer {
+function keptBytes(record: RawRecord, rewritten: StoredEvent | null): Buffer {
+  if (rewritten !== null) return encodeRecord({ ...record, flags: FLAG_END_OF_APPEND, event: rewritten });
   if (record.body[0] !== 0xe8) {
     const event = decodeEvent(record);
     return encodeRecord({ ...record, flags: FLAG_END_OF_APPEND, event });
@@ -106,14 +116,16 @@ interface Filtered {
   readonly table: SegmentTable;
   readonly reclaimedThrough: Map<string, number>;
   readonly eventsReclaimed: number;
+  readonly eventsRewritten: number;
 }
 
-async function filterRecords(segment: Segment, rules: ReadonlyMap<string, ReclaimRule>, output: ChunkedFileWriter): Promise<Filtered> {
+async function filterRecords(segment: Segment, rules: ReadonlyMap<string, ReclaimRule>, output: ChunkedFileWriter, rewrite: RecordRewrite | null): Promise<Filtered> {
   const cursor = new RecordCursor((o, l) => segment.read(o, l), segment.base, segment.size, SCAN_CHUNK_SIZE);
   const table = new SegmentTable(segment.base, SEGMENT_HEADER_SIZE);
   await output.add(encodeSegmentHeader({ base: segment.base, generation: segment.generation + 1 }));
   const reclaimedThrough = new Map<string, number>();
   let eventsReclaimed = 0;
+  let eventsRewritten = 0;
   for (let offset = SEGMENT_HEADER_SIZE, seen = 0; offset < segment.size; seen++) {
     // Let appends and reads run between short slices of this work.
     if (seen % YIELD_EVERY_RECORDS === 0) await new Promise((resolve) => setImmediate(resolve));
@@ -126,7 +138,9 @@ async function filterRecords(segment: Segment, rules: ReadonlyMap<string, Reclai
       eventsReclaimed++;
       continue;
     }
-    const bytes = keptBytes(record);
+    const rewritten = rewrite === null ? null : rewrite(record.streamName, decodeEvent(record));
+    if (rewritten !== null) eventsRewritten++;
+    const bytes = keptBytes(record, rewritten);
     table.add(record.streamName, record.revision, record.position, record.writtenAt, table.coveredSize);
     table.coveredSize += bytes.length;
     await output.add(bytes);
@@ -137,11 +151,13 @@ async function filterRecords(segment: Segment, rules: ReadonlyMap<string, Reclai
     }
   }
   await output.flush();
-  return { table, reclaimedThrough, eventsReclaimed };
+  return { table, reclaimedThrough, eventsReclaimed, eventsRewritten };
 }
 
+const changed = (filtered: Filtered): boolean => filtered.eventsReclaimed > 0 || filtered.eventsRewritten > 0;
+
 /**
- * Steps 1–3 above; null when the segment holds nothing to reclaim (its copy is dropped).
+ * Steps 1–3 above; null when the segment holds nothing to reclaim or rewrite (its copy is dropped).
  * Once it returns a copy, the caller must swap it in before anything else can fail.
  */
 export async function compactSegment(
@@ -149,6 +165,7 @@ export async function compactSegment(
   rules: ReadonlyMap<string, ReclaimRule>,
   hook: CompactionHook,
   io: StoreIo,
+  rewrite: RecordRewrite | null = null,
 ): Promise<CompactedSegment | null> {
   const header = { base: segment.base, generation: segment.generation + 1 };
   const temporary = `${segment.file}${COMPACTION_SUFFIX}`;
@@ -158,22 +175,22 @@ export async function compactSegment(
     await segment.pin();
     const handle = await io.open(temporary, 'w');
     try {
-      filtered = await filterRecords(segment, rules, new ChunkedFileWriter(handle));
-      if (filtered.eventsReclaimed > 0) {
+      filtered = await filterRecords(segment, rules, new ChunkedFileWriter(handle), rewrite);
+      if (changed(filtered)) {
         await hook('temporary-written', segment.file);
         await handle.datasync();
       }
     } finally {
       await handle.close();
     }
-    if (filtered.eventsReclaimed > 0) await hook('temporary-synced', segment.file);
+    if (changed(filtered)) await hook('temporary-synced', segment.file);
   } catch (error) {
     // A failed compaction leaves nothing behind; the segment is untouched.
     segment.unpin();
     await io.unlink(temporary).catch(() => undefined);
     throw error;
   }
-  if (filtered.eventsReclaimed === 0) {
+  if (!changed(filtered)) {
     segment.unpin();
     await io.unlink(temporary);
     return null;
@@ -190,6 +207,7 @@ export async function compactSegment(
     table: filtered.table,
     reclaimedThrough: filtered.reclaimedThrough,
     eventsReclaimed: filtered.eventsReclaimed,
+    eventsRewritten: filtered.eventsRewritten,
     bytesBefore: segment.size,
     bytesAfter: filtered.table.coveredSize,
   };

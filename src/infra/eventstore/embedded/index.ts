@@ -55,9 +55,9 @@ import { HandlePool, LEGACY_LOG_FILE_NAME } from './segment';
 
 export { CorruptEventLogError, EventStoreLockedError, EventStoreUnavailableError, LOCK_FILE_NAME } from './errors';
 export { crc32Portable } from './crc32';
-export type { CompactionHook, CompactionStep } from './compaction';
+export type { CompactionHook, CompactionStep, RecordRewrite } from './compaction';
 export type { EmbeddedEventStoreOptions, GroupCommit } from './options';
-export type { ReclaimResult } from './reclamation';
+export type { ReclaimResult, RewriteResult } from './reclamation';
 export type { TornTail } from './recovery';
 export type { HistoricalAppend } from './store';
 export type { EmbeddedEventStore };

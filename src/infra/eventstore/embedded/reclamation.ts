@@ -7,7 +7,7 @@
  * only what reads already hide (written before now − $maxAge).
  */
 import { errorMessage } from './files';
-import { compactSegment, type CompactedSegment, type ReclaimRule } from './compaction';
+import { compactSegment, type CompactedSegment, type ReclaimRule, type RecordRewrite } from './compaction';
 import type { LogIndex } from './log-index';
 import type { ResolvedOptions } from './options';
 import { locatorOf, Segment, segmentIndexAt, type HandlePool } from './segment';
@@ -76,6 +76,11 @@ export function segmentsToCompact(index: LogIndex, sealed: readonly Segment[], r
   });
 }
 
+export interface RewriteResult {
+  readonly segmentsRewritten: number;
+  readonly eventsRewritten: number;
+}
+
 export class EmbeddedEventStore extends EmbeddedStoreCore {
   private reclaiming: Promise<unknown> = Promise.resolve();
   private stopping = false;
@@ -108,6 +113,50 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     const run = this.reclaiming.then(() => this.reclaimOnce());
     this.reclaiming = run.catch(() => undefined);
     return run;
+  }
+
+  /**
+   * Rewrites on disk the events of `streams` that `rewrite` changes (a redaction of personal
+   * fields that releases before sealing wrote in the clear): each segment holding an event of
+   * these streams is compacted with the rewrite (compaction.ts: a copy renamed over it, positions,
+   * ids, types and metadata kept), the active segment sealed first if it holds one. Runs one at
+   * a time with reclamation; once it resolves no segment file holds the old bytes.
+   */
+  rewriteStreams(streams: readonly string[], rewrite: RecordRewrite): Promise<RewriteResult> {
+    const run = this.reclaiming.then(() => this.rewriteOnce(streams, rewrite));
+    this.reclaiming = run.catch(() => undefined);
+    return run;
+  }
+
+  /** The segments (oldest first) holding an event of `streams` that `rewrite` changes: usually none (read by stream, not scanned). */
+  private async segmentsToRewrite(streams: readonly string[], rewrite: RecordRewrite): Promise<Segment[]> {
+    const positions: number[] = [];
+    for (const name of streams) {
+      for await (const event of this.readStream(name)) {
+        if (rewrite(name, { id: event.id, type: event.type, data: event.data, metadata: event.metadata }) !== null) positions.push(Number(event.position.commit));
+      }
+    }
+    const chosen = new Set(positions.map((position) => segmentIndexAt(this.segments, position)));
+    return [...chosen].sort((a, b) => a - b).flatMap((i) => (this.segments[i] === undefined ? [] : [this.segments[i] as Segment]));
+  }
+
+  private async rewriteOnce(streams: readonly string[], rewrite: RecordRewrite): Promise<RewriteResult> {
+    await this.writes.untilWritable();
+    if ((await this.segmentsToRewrite(streams, rewrite)).includes(this.active())) await this.sealActiveSegment();
+    let segmentsRewritten = 0;
+    let eventsRewritten = 0;
+    for (const segment of await this.segmentsToRewrite(streams, rewrite)) {
+      // Nothing appended after the seal above needs it (this release seals what it writes).
+      if (segment === this.active()) continue;
+      await this.writes.untilWritable();
+      this.writes.assertWritable();
+      const compacted = await compactSegment(segment, new Map(), this.options.compactionHook, this.options.io, rewrite);
+      if (compacted === null) continue;
+      await this.swapIn(segment, compacted);
+      segmentsRewritten++;
+      eventsRewritten += compacted.eventsRewritten;
+    }
+    return { segmentsRewritten, eventsRewritten };
   }
 
   override close(): Promise<void> {

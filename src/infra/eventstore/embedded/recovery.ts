@@ -90,7 +90,7 @@ async function readHeader(handle: StoreFile, file: string, base: number, active:
     if (!active || !existing.equals(fresh.subarray(0, size))) throw new CorruptEventLogError(file, 0, 'not an event log');
     // Only the creation of the file was interrupted. If it cannot be finished now (a full
     // disk), the segment is empty anyway: the log opens read-only, and the first append
-    // that can write finishes it (store.ts, resumeWrites).
+    // that can write finishes it (write-availability.ts, resume).
     try {
       await handle.truncate(0);
       await writeFully(handle, fresh, 0);

@@ -331,6 +331,31 @@ export class EmbeddedStoreCore implements EventStore {
     }
   }
 
+  /**
+   * Seals the active segment now, so that compaction may rewrite what it holds (the next
+   * append goes to a new segment); nothing when it holds no record. Queued appends are written
+   * first; appends made meanwhile wait for the new segment.
+   */
+  protected async sealActiveSegment(): Promise<void> {
+    while (this.flushRunning || this.queue.length > 0) {
+      this.writes.assertWritable();
+      await this.flushDone;
+    }
+    this.writes.assertWritable();
+    if (this.reservedEnd <= SEGMENT_HEADER_SIZE) return;
+    this.reservedBase += this.reservedEnd;
+    this.reservedEnd = SEGMENT_HEADER_SIZE;
+    // The flush loop stays off until the new segment exists (a failure here leaves the next
+    // flush to start it, as after a full segment).
+    this.flushRunning = true;
+    try {
+      await this.startSegment(this.reservedBase);
+    } finally {
+      this.flushRunning = false;
+      if (this.queue.length > 0) this.scheduleFlush();
+    }
+  }
+
   /** Seals the active segment (its index checkpoint is written in the background) and creates the next. */
   private async startSegment(base: number): Promise<void> {
     const sealed = this.active();

@@ -1,0 +1,78 @@
+import Redis from 'ioredis';
+import type { DistributedConfig } from '../config';
+import type { Logger } from '../logger';
+import { openMongoCredentialStore } from '../infra/credentials/mongo';
+import { createEsdbEventStore } from '../infra/eventstore/esdb';
+import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/instrumented';
+import { derivePrivacyKeys } from '../privacy/crypto';
+import { createPrivateEventStore } from '../privacy/event-store';
+import { createKeyring } from '../privacy/keyring';
+import { redactedPlaintext, type PlaintextEraser } from '../privacy/plaintext';
+import { openMongoReadModels } from '../projections/read-models';
+import { createRedisWatermark } from '../projections/watermark';
+import { checkKeyStore, PROJECTOR_LEASE_KEY, requireDataKeyEncryptionKey, type Infrastructure } from './adapters';
+
+/**
+ * The distributed mode's adapters: EventStoreDB, MongoDB and Redis. Loaded by
+ * `connectInfrastructure` (adapters.ts) with a dynamic import, so that an embedded process
+ * never loads their drivers.
+ */
+export async function connectDistributedInfrastructure(config: DistributedConfig, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
+  const redisOptions = { maxRetriesPerRequest: null, lazyConnect: false } as const;
+  const redis = new Redis(config.redisUrl, redisOptions);
+  const subscriber = new Redis(config.redisUrl, redisOptions);
+  redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
+  subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
+  // The `credentials` collection of the read models' database, on a client of its own.
+  const credentials = await openMongoCredentialStore(config.mongodbUri);
+  const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(config.secrets));
+  try {
+    await checkKeyStore(credentials, privacyKeys, logger);
+  } catch (error) {
+    subscriber.disconnect();
+    redis.disconnect();
+    throw error;
+  }
+  const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
+  const esdb = createEsdbEventStore(config.eventStoreUrl);
+  const eventStore = createPrivateEventStore(instrumentEventStore(esdb, appends), { keyring });
+  // EventStoreDB cannot rewrite an event: what is left in the clear is found and reported.
+  const plaintext: PlaintextEraser = async ({ subjects, streams }) => {
+    const erased = new Set(subjects);
+    const left: string[] = [];
+    let leftEvents = 0;
+    for (const stream of streams) {
+      let here = 0;
+      for await (const event of esdb.readStream(stream)) if (redactedPlaintext(event.type, stream, event.data, erased) !== null) here++;
+      if (here > 0) left.push(stream);
+      leftEvents += here;
+    }
+    return { rewritten: 0, left, leftEvents };
+  };
+  const readModels = await openMongoReadModels(config.mongodbUri, eventStore, {
+    isProjectorRunning: async () => (await redis.exists(PROJECTOR_LEASE_KEY)) === 1,
+  });
+  const readStore = readModels.readStore;
+  const watermark = await createRedisWatermark(redis, subscriber, readStore);
+  return {
+    eventStore,
+    readStore,
+    readModels,
+    watermark,
+    secrets: config.secrets,
+    redis,
+    credentials,
+    keyring,
+    privacyKeys,
+    plaintext,
+    snapshot: null,
+    close: async () => {
+      await watermark.close();
+      await readStore.close();
+      await credentials.close();
+      await eventStore.close();
+      subscriber.disconnect();
+      redis.disconnect();
+    },
+  };
+}

@@ -3,6 +3,7 @@ import type { DistributedConfig } from '../config';
 import type { Logger } from '../logger';
 import { openMongoCredentialStore } from '../infra/credentials/mongo';
 import { createEsdbEventStore } from '../infra/eventstore/esdb';
+import { SUBSCRIBER_OPTIONS } from '../infra/redis-subscriber';
 import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/instrumented';
 import { derivePrivacyKeys } from '../privacy/crypto';
 import { createPrivateEventStore } from '../privacy/event-store';
@@ -20,7 +21,7 @@ import { checkKeyStore, PROJECTOR_LEASE_KEY, requireDataKeyEncryptionKey, type I
 export async function connectDistributedInfrastructure(config: DistributedConfig, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
   const redisOptions = { maxRetriesPerRequest: null, lazyConnect: false } as const;
   const redis = new Redis(config.redisUrl, redisOptions);
-  const subscriber = new Redis(config.redisUrl, redisOptions);
+  const subscriber = new Redis(config.redisUrl, { ...redisOptions, ...SUBSCRIBER_OPTIONS });
   redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
   // The `credentials` collection of the read models' database, on a client of its own.

@@ -13,7 +13,8 @@ import type { RelayDirection } from '../metrics';
 import { createDeviceAccess } from './access';
 import { admitHandshakes, createAdmission, type AdmissionOptions } from './admission';
 import { createAppSockets } from './apps';
-import { createLocalCluster, createRedisCluster, type RedisAdapterKind, type TunnelCluster } from './cluster';
+import { createLocalCluster, type TunnelCluster } from './cluster';
+import type { RedisAdapterKind } from './redis-cluster';
 import { acceptConnections, handshakeError } from './connection';
 import { createSessions, DEFAULT_TUNNEL_OPTIONS, errorText, type TunnelContext, type TunnelNamespace, type TunnelOptions, type TunnelServer } from './context';
 import { createDeviceSockets } from './devices';
@@ -103,7 +104,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const cluster: TunnelCluster =
     deps.redis === undefined || deps.redis === null
       ? createLocalCluster()
-      : await createRedisCluster({ url: deps.redis.url, adapter: deps.redis.adapter ?? DEFAULT_REDIS_ADAPTER, logger });
+      : // ioredis and the Socket.IO Redis adapter load here, never in embedded mode.
+        await (await import('./redis-cluster')).createRedisCluster({ url: deps.redis.url, adapter: deps.redis.adapter ?? DEFAULT_REDIS_ADAPTER, logger });
 
   let closing = false;
   const background = new Set<Promise<unknown>>();

@@ -6,8 +6,9 @@ import { api, CRM_KEY, createUser, GENEROUS_RATE_LIMITS, startTestService, type 
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 
 /**
- * Outside review of erasure and export (decisions §11). Each test states what the contract
- * asks and fails while the service does otherwise.
+ * Erasure and export at their edges (decisions §11): devices deleted before the erasure, an
+ * erasure stopped half-way and asked for again, the export of events on devices deleted or
+ * left since, and the validation message of a CRM id of 0.
  */
 
 function files(dir: string): string[] {
@@ -89,8 +90,76 @@ describe('erasure review (embedded mode)', () => {
     );
   });
 
-  test('an erasure interrupted after UserErased (the key store write failed) is finished by asking again, and stays finished after a restart', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'hhc-review-'));
+  test('a device registered again by another household after the person deleted it keeps that household\'s data readable', async () => {
+    const tag = randomUUID().slice(0, 8);
+    const admin = await createUser(service, { role: 'admin' });
+    const person = await createUser(service);
+    const other = await createUser(service);
+    const uuid = randomUUID();
+    expect((await api(service, 'POST', '/devices/register', { token: person.accessToken, body: { uuid, deviceId: 'MOVED-1', name: `Old home ${tag}` } })).status).toBe(201);
+    expect((await api(service, 'DELETE', `/devices/${uuid}`, { token: person.accessToken })).status).toBe(200);
+    const newName = `New home ${tag}`;
+    expect((await api(service, 'POST', '/devices/register', { token: other.accessToken, body: { uuid, deviceId: 'MOVED-1', name: newName } })).status).toBe(201);
+
+    const syncId = await syncIdOf(service, person.accessToken);
+    expect((await api(service, 'POST', '/auth/erase-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id: syncId } })).status).toBe(200);
+
+    // One data key per device uuid spans both registrations: it is kept, so the other household reads its device.
+    const device = await api(service, 'GET', `/devices/${uuid}`, { token: other.accessToken });
+    expect(device).toMatchObject({ status: 200, body: { name: newName } });
+    const history = await api(service, 'GET', `/devices/${uuid}/history`, { token: admin.accessToken });
+    expect(JSON.stringify(history.body)).toContain(newName);
+  });
+
+  test('the export holds the events the person caused on a device they have since left', async () => {
+    const owner = await createUser(service);
+    const person = await createUser(service);
+    const uuid = randomUUID();
+    expect((await api(service, 'POST', '/devices/register', { token: owner.accessToken, body: { uuid, deviceId: 'LEFT-1', name: 'Shared hub' } })).status).toBe(201);
+    expect((await api(service, 'POST', `/devices/${uuid}/link`, { token: owner.accessToken, body: { email: person.email, role: 'viewer' } })).status).toBeLessThan(300);
+    expect((await api(service, 'DELETE', `/devices/${uuid}/users/${person.id}`, { token: person.accessToken })).status).toBe(200);
+
+    const res = await api(service, 'GET', '/users/me/export', { token: person.accessToken });
+    const events = (res.body as { events: Array<{ stream: string; type: string }> }).events;
+    expect(events.filter((e) => e.stream === `device-${uuid}`).map((e) => e.type)).toEqual(['UserUnlinked']);
+    expect((res.body as { devices: unknown[] }).devices).toEqual([]);
+  });
+
+  test('an erasure stopped after UserErased (the start snapshot could not be written) is finished by asking again', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hhc-erasure-'));
+    dirs.push(dir);
+    const env = { SMTP_URL: smtp.url, RATE_LIMITS: GENEROUS_RATE_LIMITS, DATA_DIR: dir };
+    const tag = randomUUID().slice(0, 8);
+    const email = `snapshot.erased.${tag}@example.net`;
+    let first = await startTestService('embedded', env);
+    let syncId = Number.NaN;
+    try {
+      const person = await createUser(first, { email, firstName: `Snapper${tag}` });
+      syncId = await syncIdOf(first, person.accessToken);
+    } finally {
+      await first.stop(); // the shutdown snapshot holds the person's read-model documents
+    }
+    expect(holding(dir, [email])).not.toEqual([]);
+
+    first = await startTestService('embedded', env);
+    try {
+      const blocker = join(dir, 'read-models.snapshot.tmp');
+      mkdirSync(blocker);
+      const interrupted = await api(first, 'POST', '/auth/erase-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id: syncId } });
+      rmSync(blocker, { recursive: true });
+      expect(interrupted.status).toBeGreaterThanOrEqual(500);
+      expect(holding(dir, [email])).not.toEqual([]);
+
+      const again = await api(first, 'POST', '/auth/erase-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id: syncId } });
+      expect(again).toMatchObject({ status: 200, body: { erased: true } });
+      expect(holding(dir, [email, `Snapper${tag}`])).toEqual([]);
+    } finally {
+      await first.stop();
+    }
+  }, 120_000);
+
+  test('an erasure interrupted before UserErased (the key store write failed) is finished by asking again, and stays finished after a restart', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hhc-erasure-'));
     dirs.push(dir);
     const env = { SMTP_URL: smtp.url, RATE_LIMITS: GENEROUS_RATE_LIMITS, DATA_DIR: dir };
     const tag = randomUUID().slice(0, 8);
@@ -156,8 +225,17 @@ describe('erasure review: validation messages', () => {
   test('erase-customer with id 0 is refused with a message that is true of 0', async () => {
     const res = await api(service, 'POST', '/auth/erase-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id: 0 } });
     expect(res.status).toBe(400);
-    // 0 is refused (ids are positive), so "id must not be less than 0" misleads the CRM.
-    expect((res.body as { message: string[] }).message).not.toContain('id must not be less than 0');
+    // 0 is refused (ids are positive), so "id must not be less than 0" would mislead the CRM.
+    expect((res.body as { message: string[] }).message).toEqual(['id must be a positive number']);
+  });
+
+  test('sync-customer with id 0 gets the same message', async () => {
+    const res = await api(service, 'POST', '/auth/sync-customer', {
+      headers: { 'X-Internal-Api-Key': CRM_KEY },
+      body: { id: 0, first_name: 'Zero', last_name: 'Id', email: `zero.${randomUUID().slice(0, 8)}@example.net`, active: true },
+    });
+    expect(res.status).toBe(400);
+    expect((res.body as { message: string[] }).message).toEqual(['id must be a positive number']);
   });
 });
 

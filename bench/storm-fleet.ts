@@ -25,6 +25,8 @@ export interface WorkerReport {
   readonly stopped: Record<string, number>;
   readonly refused: Record<string, number>;
   readonly reconnects: number;
+  /** Reconnections by cause (`timeout`, `websocket error`, `rate_limited`, ...). */
+  readonly causes: Record<string, number>;
 }
 
 function runWorker(): void {
@@ -38,17 +40,25 @@ function runWorker(): void {
   const stopped: Record<string, number> = {};
   const refused: Record<string, number> = {};
   let reconnects = 0;
+  const causes: Record<string, number> = {};
   let reporter: NodeJS.Timeout | undefined;
   const report = (): void => {
     let back = 0;
     for (const i of connectedSinceMark) if (connectedNow.has(i)) back++;
-    const message: WorkerReport = { kind: 'report', connected: connectedNow.size, back, beatsOk, beatsFailed, stopped, refused, reconnects };
-    if (process.connected) process.send?.(message);
+    const message: WorkerReport = { kind: 'report', connected: connectedNow.size, back, beatsOk, beatsFailed, stopped, refused, reconnects, causes };
+    // The bench may be gone between the check and the write: the callback takes the error.
+    if (process.connected) process.send?.(message, undefined, undefined, () => undefined);
   };
   process.on('message', (message: WorkerMessage) => {
     if (message.kind === 'start') {
       message.hubs.forEach((spec, i) => {
-        const client = new HubClient({ baseUrl: message.baseUrl, uuid: spec.uuid, tokens: { load: () => spec.token, save: () => undefined } });
+        const client = new HubClient({
+          baseUrl: message.baseUrl,
+          uuid: spec.uuid,
+          tokens: { load: () => spec.token, save: () => undefined },
+          // BENCH_CLIENT_TIMEOUT_MS: a longer wait for a machine too busy for the default 10 s (memory runs only).
+          ...(process.env.BENCH_CLIENT_TIMEOUT_MS !== undefined ? { requestTimeoutMs: Number(process.env.BENCH_CLIENT_TIMEOUT_MS) } : {}),
+        });
         client.on((event) => {
           if (event.type === 'connected') {
             connectedNow.add(i);
@@ -58,12 +68,18 @@ function runWorker(): void {
             if (event.ok) beatsOk++;
             else beatsFailed++;
           } else if (event.type === 'error' && event.where === 'heartbeat') beatsFailed++;
-          else if (event.type === 'reconnecting') reconnects++;
+          else if (event.type === 'reconnecting') {
+            reconnects++;
+            causes[event.cause] = (causes[event.cause] ?? 0) + 1;
+          }
           else if (event.type === 'refused') refused[event.code] = (refused[event.code] ?? 0) + 1;
           else if (event.type === 'stopped' && event.reason !== 'stopped') stopped[event.reason] = (stopped[event.reason] ?? 0) + 1;
         });
         clients.push(client);
-        void client.start();
+        // BENCH_RAMP_PER_SECOND: hubs started at that pace (per worker) instead of all at once (memory runs only).
+        const ramp = Number(process.env.BENCH_RAMP_PER_SECOND ?? 0);
+        if (ramp > 0) setTimeout(() => void client.start(), (i * 1000) / ramp);
+        else void client.start();
       });
       reporter = setInterval(report, 250);
     } else if (message.kind === 'mark') {

@@ -35,6 +35,7 @@ import { deviceStream } from '../src/domain/events';
 import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
 import type { EventStore } from '../src/infra/eventstore/port';
 import { TIERS } from '../src/ratelimit/limiter';
+import { heapOwners, ownerGrowth } from './heap-owners';
 
 const ROOT = resolve(__dirname, '..');
 const HUBS = Number(process.env.BENCH_HUBS ?? 20_000);
@@ -45,6 +46,10 @@ const APP_EVERY_MS = Number(process.env.BENCH_APP_EVERY_MS ?? 20);
 const HEAP_SNAPSHOT = process.env.BENCH_HEAP_SNAPSHOT === '1';
 const IDLE_MS = Number(process.env.BENCH_IDLE_SECONDS ?? 10) * 1000;
 const DEVICES_PER_OWNER = 50;
+/** Extra Node options of the service (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`). */
+const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
+/** `memory`: stop after the idle hubs are measured (the service gets SIGTERM: a CPU profile is written). */
+const ONLY_MEMORY = process.env.BENCH_PHASES === 'memory';
 
 const SECRETS = {
   JWT_ACCESS_SECRET: 'bench-access-secret-0123456789abcdef0123456789',
@@ -101,7 +106,7 @@ async function freePort(): Promise<number> {
 }
 
 function startService(env: Record<string, string>, port: number, cwd: string): Service {
-  const child = spawn(process.execPath, ['--heapsnapshot-signal=SIGUSR2', join(ROOT, 'dist', 'main.js')], {
+  const child = spawn(process.execPath, ['--heapsnapshot-signal=SIGUSR2', ...SERVICE_ARGS, join(ROOT, 'dist', 'main.js')], {
     cwd,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: GENEROUS, MAX_DEVICES_PER_USER: '1000', ...SECRETS, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -141,6 +146,13 @@ async function answers(url: string, token?: string): Promise<boolean> {
 function rssBytes(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
+}
+
+/** CPU time (user + system) the process has used, seconds: what a busy machine's wall clock cannot say. */
+function cpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+  // utime and stime, fields 14 and 15 of proc(5), in clock ticks (100 a second).
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 async function heapUsedBytes(baseUrl: string): Promise<number> {
@@ -210,19 +222,21 @@ interface Fleet {
   total(field: 'connected' | 'back' | 'beatsOk' | 'beatsFailed'): number;
   stopped(): Record<string, number>;
   refused(): Record<string, number>;
+  causes(): Record<string, number>;
   mark(): void;
   stop(): Promise<void>;
 }
 
 function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
   const reports = new Map<ChildProcess, WorkerReport>();
+  let stopping: Promise<void> | undefined;
   const workers = Array.from({ length: WORKERS }, (_, w) => {
     const worker = fork(join(__dirname, 'storm-fleet.ts'), [], { execArgv: ['--import', 'tsx', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     worker.on('message', (message: WorkerReport) => reports.set(worker, message));
     worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w) } satisfies WorkerMessage);
     return worker;
   });
-  progress = () => `connected ${[...reports.values()].reduce((n, r) => n + r.connected, 0)}, back ${[...reports.values()].reduce((n, r) => n + r.back, 0)}, reconnects ${[...reports.values()].reduce((n, r) => n + r.reconnects, 0)}`;
+  progress = () => `connected ${[...reports.values()].reduce((n, r) => n + r.connected, 0)}, back ${[...reports.values()].reduce((n, r) => n + r.back, 0)}, reconnects ${[...reports.values()].reduce((n, r) => n + r.reconnects, 0)}, refused ${JSON.stringify(merge((r) => r.refused))}, causes ${JSON.stringify(merge((r) => r.causes))}, load ${loadavg()[0]?.toFixed(1) ?? '?'}`;
   const merge = (pick: (r: WorkerReport) => Record<string, number>): Record<string, number> => {
     const out: Record<string, number> = {};
     for (const r of reports.values()) for (const [k, v] of Object.entries(pick(r))) out[k] = (out[k] ?? 0) + v;
@@ -234,16 +248,22 @@ function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
     total: (field) => [...reports.values()].reduce((sum, r) => sum + r[field], 0),
     stopped: () => merge((r) => r.stopped),
     refused: () => merge((r) => r.refused),
+    causes: () => merge((r) => r.causes),
     mark: () => {
       reports.clear();
       for (const w of workers) w.send({ kind: 'mark' } satisfies WorkerMessage);
     },
-    stop: async () => {
-      await Promise.all(workers.map((w) => new Promise<void>((r) => {
-        w.once('exit', () => r());
-        w.send({ kind: 'stop' } satisfies WorkerMessage);
-      })));
-    },
+    stop: () =>
+      (stopping ??= Promise.all(
+        workers.map((w) =>
+          w.exitCode !== null || w.signalCode !== null
+            ? undefined
+            : new Promise<void>((r) => {
+                w.once('exit', () => r());
+                w.send({ kind: 'stop' } satisfies WorkerMessage);
+              }),
+        ),
+      ).then(() => undefined)),
   };
 }
 
@@ -278,6 +298,8 @@ function appLoop(baseUrl: string, accessToken: string): { stop(): Promise<Array<
 async function embedded(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'hhc-storm-'));
   const cwd = mkdtempSync(join(tmpdir(), 'hhc-storm-cwd-'));
+  // On failure too: no service or fleet is left behind.
+  const cleanup: Array<() => unknown> = [];
   try {
     let t = performance.now();
     const store = await openEmbeddedEventStore(dataDir);
@@ -289,15 +311,20 @@ async function embedded(): Promise<void> {
     const baseUrl = `http://127.0.0.1:${port}`;
     const env = { DATA_DIR: dataDir };
     let service = startService(env, port, cwd);
+    cleanup.push(() => service.child.kill('SIGKILL'));
     await until('first start', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? true : undefined));
     await sleep(3000);
     const before = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
-    const heapBefore = HEAP_SNAPSHOT ? heapComposition(await takeSnapshot(service, cwd)) : null;
+    const snapshotBefore = HEAP_SNAPSHOT ? await takeSnapshot(service, cwd) : null;
+    const heapBefore = snapshotBefore !== null ? heapComposition(snapshotBefore) : null;
 
     t = performance.now();
+    const cpuBefore = cpuSeconds(service.child.pid ?? 0);
     const fleet = startFleet(baseUrl, hubs);
+    cleanup.push(() => fleet.stop());
     await until('every hub connected', () => (fleet.total('connected') >= HUBS ? true : undefined), 250);
-    console.log(`${HUBS} hubs connected in ${((performance.now() - t) / 1000).toFixed(1)} s (refusals ${JSON.stringify(fleet.refused())})`);
+    const connectCpuMsPerHub = ((cpuSeconds(service.child.pid ?? 0) - cpuBefore) * 1000) / HUBS;
+    console.log(`${HUBS} hubs connected in ${((performance.now() - t) / 1000).toFixed(1)} s, service CPU ${connectCpuMsPerHub.toFixed(2)} ms per hub, load ${loadavg()[0]?.toFixed(1)} (refusals ${JSON.stringify(fleet.refused())}, reconnections ${JSON.stringify(fleet.causes())})`);
     await sleep(IDLE_MS);
     const after = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
     const memory = {
@@ -309,11 +336,24 @@ async function embedded(): Promise<void> {
     console.log(`memory per idle hub: RSS ${memory.rssPerHubBytes} B, heap ${memory.heapPerHubBytes} B (RSS ${memory.rssBeforeMiB} → ${memory.rssAfterMiB} MiB)`);
     let heapSnapshotPerHub: number | null = null;
     if (heapBefore !== null) {
-      const heapAfter = heapComposition(await takeSnapshot(service, cwd));
+      const snapshotAfter = await takeSnapshot(service, cwd);
+      const heapAfter = heapComposition(snapshotAfter);
       heapSnapshotPerHub = Math.round((heapAfter.total - heapBefore.total) / HUBS);
       console.log(`heap after GC (snapshots): ${heapSnapshotPerHub} B per hub; what grew, per hub:`);
       for (const row of heapGrowth(heapBefore, heapAfter, HUBS)) console.log(`  ${row.name.padEnd(48)} ${String(row.count).padStart(9)} objects  ${row.perHub} B/hub`);
+      if (snapshotBefore !== null) {
+        console.log('what grew, per hub, by the collection that holds it (bench/heap-owners.ts):');
+        for (const row of ownerGrowth(heapOwners(snapshotBefore), heapOwners(snapshotAfter), HUBS).slice(0, 25)) console.log(`  ${row.owner.padEnd(60)} ${row.perHub} B/hub`);
+      }
       for (const f of readdirSync(cwd).filter((f) => f.endsWith('.heapsnapshot'))) rmSync(join(cwd, f), { force: true });
+    }
+
+    if (ONLY_MEMORY) {
+      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub }, connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)), refusals: fleet.refused(), reconnections: fleet.causes(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
+      await fleet.stop();
+      service.child.kill('SIGTERM');
+      await service.exited;
+      return;
     }
 
     // The storm.
@@ -335,6 +375,7 @@ async function embedded(): Promise<void> {
       mode: 'embedded',
       hubs: HUBS,
       memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub },
+      connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)),
       healthAfterKillMs: health,
       devicesAfterKillMs: devices,
       allHubsBackAfterKillMs: allBack,
@@ -349,6 +390,7 @@ async function embedded(): Promise<void> {
     service.child.kill('SIGTERM');
     await service.exited;
   } finally {
+    for (const step of cleanup.reverse()) await Promise.resolve(step()).catch(() => undefined);
     rmSync(dataDir, { recursive: true, force: true });
     rmSync(cwd, { recursive: true, force: true });
   }
@@ -398,13 +440,18 @@ async function distributed(): Promise<void> {
   const { startStack } = await import('../test/support/stack');
   const stack = await startStack();
   const cwd = mkdtempSync(join(tmpdir(), 'hhc-storm-cwd-'));
+  // On failure too: no service or fleet is left behind.
+  const cleanup: Array<() => unknown> = [];
   try {
     const portA = await freePort();
     const portB = await freePort();
-    const env = { ...stack.env };
+    // Distributed mode has no default secrets.
+    const env = { ...stack.env, DATA_KEY_ENCRYPTION_KEY: 'bench-data-key-encryption-key-0123456789abcdef' };
     const a = startService(env, portA, cwd);
+    cleanup.push(() => a.child.kill('SIGKILL'));
     await until('A', async () => ((await answers(`http://127.0.0.1:${portA}/api/v1/health/ready`)) ? true : undefined), 100);
     const b = startService({ ...env, ROLES: 'api' }, portB, cwd);
+    cleanup.push(() => b.child.kill('SIGKILL'));
     await until('B', async () => ((await answers(`http://127.0.0.1:${portB}/api/v1/health/ready`)) ? true : undefined), 100);
     let live = [portA];
     const lb = await balancer(() => live);
@@ -422,8 +469,13 @@ async function distributed(): Promise<void> {
             const user = tokens.signAccess({ sub, email: `o${Math.floor(n / DEVICES_PER_OWNER)}@example.com`, role: 'user' });
             const uuid = randomUUID();
             const headers = { Authorization: `Bearer ${user}`, 'Content-Type': 'application/json' };
-            const reg = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/register`, { method: 'POST', headers, body: JSON.stringify({ uuid, deviceId: `HUB-${n}`, name: `Hub ${n}` }) });
-            if (reg.status !== 201) throw new Error(`register answered ${reg.status}: ${await reg.text()}`);
+            // A busy machine can make the read-your-writes wait answer 503: the same device again (409 then means it was registered).
+            let reg = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/register`, { method: 'POST', headers, body: JSON.stringify({ uuid, deviceId: `HUB-${n}`, name: `Hub ${n}` }) });
+            for (let attempt = 0; reg.status === 503 && attempt < 5; attempt++) {
+              await sleep(1000);
+              reg = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/register`, { method: 'POST', headers, body: JSON.stringify({ uuid, deviceId: `HUB-${n}`, name: `Hub ${n}` }) });
+            }
+            if (reg.status !== 201 && reg.status !== 409) throw new Error(`register answered ${reg.status}: ${await reg.text()}`);
             const issued = await fetch(`http://127.0.0.1:${portA}/api/v1/devices/auth/${uuid}`, { method: 'POST', headers });
             return { uuid, token: ((await issued.json()) as { token: string }).token };
           }),
@@ -432,6 +484,7 @@ async function distributed(): Promise<void> {
     }
     console.log(`registered ${HUBS} hubs in ${((performance.now() - t) / 1000).toFixed(1)} s`);
     const fleet = startFleet(baseUrl, hubs);
+    cleanup.push(() => fleet.stop());
     await until('every hub connected to A', () => (fleet.total('connected') >= HUBS ? true : undefined), 250);
     live = [portA, portB];
     fleet.mark();
@@ -446,6 +499,7 @@ async function distributed(): Promise<void> {
     b.child.kill('SIGTERM');
     await b.exited;
   } finally {
+    for (const step of cleanup.reverse()) await Promise.resolve(step()).catch(() => undefined);
     await stack.stop();
     rmSync(cwd, { recursive: true, force: true });
   }

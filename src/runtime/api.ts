@@ -174,6 +174,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
     // A token revoked through another process: the heartbeat path re-reads the device stream
     // instead of trusting its fold (src/commands/devices.ts).
     onDeviceRevoked: (streamName) => deps.deviceStates.forget(streamName),
+    deviceStates: deps.deviceStates,
     // A burst the limits allow is never refused for being a burst (decisions §5).
     options: {
       maxPendingPerSocket: Math.max(

@@ -1,4 +1,4 @@
-import { loadAggregate, type FoldedStream } from '../commands/handler';
+import { loadAggregate, type FoldedStream, type StateCache } from '../commands/handler';
 import { deviceDecider, type DeviceEvent, type DeviceState } from '../domain/device';
 import { deviceStream } from '../domain/events';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port';
@@ -39,9 +39,25 @@ interface InFlight {
   seen: bigint;
 }
 
-export function createDeviceAccess(eventStore: EventStore, options: { maxEntries: number; now: () => number }): DeviceAccess {
+export interface DeviceAccessOptions {
+  readonly maxEntries: number;
+  readonly now: () => number;
+  /**
+   * The heartbeat path's folds of the same streams (src/commands/devices.ts). A read starts
+   * from the newer of the two, and a fold the live subscription brings to a revision the
+   * shared cache already holds takes that one: a hub's device costs one fold, not two, and
+   * its handshake after its first heartbeat reads nothing but what is new.
+   */
+  readonly shared?: Pick<StateCache<DeviceState>, 'get'> | undefined;
+}
+
+const newer = (a: FoldedStream<DeviceState> | undefined, b: FoldedStream<DeviceState> | undefined): FoldedStream<DeviceState> | undefined =>
+  a === undefined ? b : b === undefined || a.revision >= b.revision ? a : b;
+
+export function createDeviceAccess(eventStore: EventStore, options: DeviceAccessOptions): DeviceAccess {
   const entries = new Map<string, Entry>();
   const inFlight = new Map<string, InFlight>();
+  const shared = options.shared;
 
   const touch = (uuid: string, entry: Entry): void => {
     entries.delete(uuid);
@@ -55,9 +71,12 @@ export function createDeviceAccess(eventStore: EventStore, options: { maxEntries
       if (flight === undefined) inFlight.set(uuid, (flight = { reads: 0, seen: -1n }));
       flight.reads++;
       try {
-        let read = entries.get(uuid)?.folded;
+        let read = newer(entries.get(uuid)?.folded, shared?.get(deviceStream(uuid)));
         for (;;) {
-          read = await loadAggregate<DeviceState, DeviceEvent>(eventStore, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid), read);
+          const base = read;
+          read = await loadAggregate<DeviceState, DeviceEvent>(eventStore, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid), base);
+          // Nothing new: the fold read from, not a copy of it.
+          if (base !== undefined && read.revision === base.revision) read = base;
           const current = entries.get(uuid);
           // The live subscription may have moved the entry on while this read was running.
           if (current !== undefined && current.folded.revision >= flight.seen && current.folded.revision > read.revision) {
@@ -92,6 +111,12 @@ export function createDeviceAccess(eventStore: EventStore, options: { maxEntries
       if (event.revision !== entry.folded.revision + 1n) {
         // A gap: this fold can no longer be brought up to date here; the next `fresh` reads it again.
         entries.delete(uuid);
+        return;
+      }
+      // The heartbeat path folded the same event already (it appended it): the same fold, kept once.
+      const same = shared?.get(event.streamName);
+      if (same?.revision === event.revision) {
+        entry.folded = same;
         return;
       }
       const state = deviceDecider.evolve(entry.folded.state, { type: event.type, data: event.data } as DeviceEvent);

@@ -1,60 +1,119 @@
-import type { TunnelNamespace } from './context';
+import type { TunnelNamespace, TunnelSocket } from './context';
 import { handshakeError } from './connection';
 import { RATE_LIMITED_HANDSHAKE } from './events';
 
 /**
  * Handshake admission: the hubs of a fleet that lost the service at once (a crash, a deploy)
- * come back at a pace this process can serve without making people wait. Device handshakes
- * are admitted at `perSecond`, with a burst of one second's worth; the others are refused
- * before any token check with `connect_error` `rate_limited` and `data: {retryAfter}`
- * (decisions §5), each refused hub given its own later second, so the fleet returns spread
- * over the time it needs instead of all at the next second. App handshakes (a user access
- * token) are never held back by hubs: people first.
+ * come back at a pace this process can serve without making people wait. Two bounds, both on
+ * device handshakes only:
+ *
+ * - a pace: `perSecond`, with a burst of one second's worth;
+ * - a window of handshakes in flight that follows what the process sustains: it grows by one
+ *   for each handshake answered within `targetMs` and shrinks by a tenth (at most once per
+ *   `targetMs`) while they take longer. A process given a fraction of a core (a busy machine,
+ *   a crash start) would otherwise accept handshakes it cannot answer before the clients give
+ *   up (10 s), do the work anyway and see every client come back: a storm that feeds itself.
+ *
+ * Past either bound a hub is refused before any token check with `connect_error`
+ * `rate_limited` and `data: {retryAfter}` (decisions §5), each refused hub given its own
+ * later moment at the rate the process answers, so the fleet returns spread over the time it
+ * needs instead of all at the next second. App handshakes (a user access token) are never
+ * held back by hubs: people first.
  */
 
 export const RATE_LIMITED = RATE_LIMITED_HANDSHAKE;
 export const ADMISSION_MESSAGE = 'Too many connections at once, retry later';
 
+export interface AdmissionWindow {
+  /** Handshakes in flight at the start (default 64). */
+  readonly initial?: number;
+  /** Never fewer than this (default 16). */
+  readonly min?: number;
+  /** Never more than this (default 4096). */
+  readonly max?: number;
+  /** A handshake answered within this is one the process had room for (default 2000 ms). */
+  readonly targetMs?: number;
+}
+
 export interface AdmissionOptions {
-  /** Device handshakes admitted per second by this process (0: no admission control). */
+  /** Device handshakes admitted per second by this process (0: no pace). */
   readonly perSecond: number;
+  /** The in-flight window (default on; `false`: none). */
+  readonly window?: AdmissionWindow | false;
   /** The latest second a refused hub is sent to (default 60). */
   readonly maxRetryAfterSeconds?: number;
   readonly now?: () => number;
 }
 
 export interface Admission {
-  /** Null when admitted; else the seconds to wait. */
+  /** The clock `settled` is given times of. */
+  readonly now: () => number;
+  /** Null when admitted (the caller then reports `settled`); else the seconds to wait. */
   readonly decide: () => number | null;
-  readonly stats: () => { readonly admitted: number; readonly refused: number };
+  /** An admitted handshake was answered (accepted or refused), `admittedAt` being when `decide` admitted it. */
+  readonly settled: (admittedAt: number) => void;
+  readonly stats: () => { readonly admitted: number; readonly refused: number; readonly inFlight: number; readonly window: number };
 }
 
 export function createAdmission(options: AdmissionOptions): Admission {
   const now = options.now ?? (() => Date.now());
   const rate = options.perSecond;
   const maxWait = options.maxRetryAfterSeconds ?? 60;
+  const bounds = options.window === false ? null : { initial: 64, min: 16, max: 4096, targetMs: 2000, ...options.window };
+  let window = bounds?.initial ?? Infinity;
+  let inFlight = 0;
+  let shrunkAt = -Infinity;
+  // Handshakes answered per second, measured over the last second or so (what refused hubs are spread at).
+  let answeredRate = 0;
+  let answeredInSecond = 0;
+  let secondStartedAt = now();
   let tokens = rate;
   let refilledAt = now();
   // The appointment book: the moment the last refused hub was told to come back.
   let booked = 0;
   let admitted = 0;
   let refused = 0;
+
+  /** Refused hubs come back one after another at the pace the process answers. */
+  const refuse = (t: number): number => {
+    refused++;
+    const pace = Math.max(rate > 0 ? Math.min(rate, answeredRate || rate) : answeredRate, 1);
+    booked = Math.min(Math.max(booked, t) + 1000 / pace, t + maxWait * 1000);
+    return Math.max(1, Math.ceil((booked - t) / 1000));
+  };
+
   return {
+    now,
     decide: () => {
-      if (rate <= 0) return null;
       const t = now();
-      tokens = Math.min(rate, tokens + ((t - refilledAt) / 1000) * rate);
-      refilledAt = t;
-      if (tokens >= 1) {
+      if (inFlight >= window) return refuse(t);
+      if (rate > 0) {
+        tokens = Math.min(rate, tokens + ((t - refilledAt) / 1000) * rate);
+        refilledAt = t;
+        if (tokens < 1) return refuse(t);
         tokens -= 1;
-        admitted++;
-        return null;
       }
-      refused++;
-      booked = Math.min(Math.max(booked, t) + 1000 / rate, t + maxWait * 1000);
-      return Math.max(1, Math.ceil((booked - t) / 1000));
+      admitted++;
+      inFlight++;
+      return null;
     },
-    stats: () => ({ admitted, refused }),
+    settled: (admittedAt) => {
+      inFlight = Math.max(0, inFlight - 1);
+      const t = now();
+      answeredInSecond++;
+      if (t - secondStartedAt >= 1000) {
+        answeredRate = (answeredInSecond * 1000) / (t - secondStartedAt);
+        answeredInSecond = 0;
+        secondStartedAt = t;
+      }
+      if (bounds === null) return;
+      if (t - admittedAt <= bounds.targetMs) window = Math.min(bounds.max, window + 1);
+      else if (t - shrunkAt >= bounds.targetMs) {
+        window = Math.max(bounds.min, Math.floor(window * 0.9));
+        shrunkAt = t;
+      }
+    },
+    stats: () => ({ admitted, refused, inFlight, window }),
   };
 }
 
@@ -71,8 +130,15 @@ function presentsAccessToken(token: unknown): boolean {
   }
 }
 
+/** The handshakes admitted and not answered yet, with when they were admitted. */
+export interface AdmittedHandshakes {
+  /** The handshake of `socket` was answered: its place in the window is free. */
+  settled(socket: TunnelSocket): void;
+}
+
 /** Installs admission as the namespace's first handshake step. */
-export function admitHandshakes(nsp: TunnelNamespace, admission: Admission): void {
+export function admitHandshakes(nsp: TunnelNamespace, admission: Admission): AdmittedHandshakes {
+  const admittedAt = new WeakMap<TunnelSocket, number>();
   nsp.use((socket, next) => {
     const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
     if (presentsAccessToken(token)) {
@@ -80,7 +146,17 @@ export function admitHandshakes(nsp: TunnelNamespace, admission: Admission): voi
       return;
     }
     const retryAfter = admission.decide();
-    if (retryAfter === null) next();
-    else next(Object.assign(handshakeError(RATE_LIMITED, ADMISSION_MESSAGE), { data: { message: ADMISSION_MESSAGE, retryAfter } }));
+    if (retryAfter === null) {
+      admittedAt.set(socket, admission.now());
+      next();
+    } else next(Object.assign(handshakeError(RATE_LIMITED, ADMISSION_MESSAGE), { data: { message: ADMISSION_MESSAGE, retryAfter } }));
   });
+  return {
+    settled(socket) {
+      const at = admittedAt.get(socket);
+      if (at === undefined) return;
+      admittedAt.delete(socket);
+      admission.settled(at);
+    },
+  };
 }

@@ -142,7 +142,6 @@ export function createAppSockets(ctx: TunnelContext, runner: EventRunner, device
     onMessage: (session, args) => runner.run(session, args, failedMessage, (input) => send(session, input)),
     removeSubscription,
     left(session) {
-      clearTimeout(session.expiry);
       sessions.all.delete(session.socket.id);
       for (const uuid of [...session.subscriptions.keys()]) removeSubscription(session, uuid);
     },

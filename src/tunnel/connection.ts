@@ -7,7 +7,8 @@ import { andThen, appSession, errorText, type Authenticated, type Session, type 
 import type { DeviceSockets } from './devices';
 import { TunnelFailure, TUNNEL_MESSAGES } from './errors';
 import { UNAUTHORIZED, type SubscribeAck, type TunnelError } from './events';
-import type { EventRunner } from './limits';
+import type { ExpirySweep } from './expiry';
+import { rawConnection, type EventRunner } from './limits';
 import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 
 /**
@@ -16,11 +17,30 @@ import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './ha
  * token, and the events each kind of socket listens to.
  */
 
-/** setTimeout's ceiling (about 24.8 days). */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
 export function handshakeError(message: string, detail: string): Error & { data: { message: string } } {
   return Object.assign(new Error(message), { data: { message: detail } });
+}
+
+/** Who a session is, for the log. */
+const who = (session: Session): Record<string, string> =>
+  session.kind === 'app' ? { kind: 'app', userId: session.userId } : { kind: 'device', deviceUuid: session.uuid };
+
+const NOTHING: Readonly<Record<string, never>> = Object.freeze({});
+
+/**
+ * What the handshake needed and a connected socket does not: the upgrade request (its
+ * headers, raw headers, query and URL; engine.io and `socket.request` keep it for the life of
+ * the socket) and the handshake's copies (its `auth` holds the token). What the tunnel needs
+ * later was taken already: the session's `raw` TCP connection and its token's expiry.
+ */
+function forgetHandshake(socket: TunnelSocket): void {
+  (socket.conn as unknown as { request: unknown }).request = null;
+  const handshake = socket.handshake as { -readonly [K in keyof TunnelSocket['handshake']]: TunnelSocket['handshake'][K] };
+  handshake.headers = NOTHING;
+  handshake.query = NOTHING;
+  handshake.auth = NOTHING;
+  handshake.url = '';
+  handshake.time = '';
 }
 
 export interface ConnectionDeps {
@@ -32,12 +52,16 @@ export interface ConnectionDeps {
   /** Failed handshakes per client IP (src/tunnel/handshake-limit.ts). */
   readonly handshakes: HandshakeLimiter;
   readonly clientIp: ClientIp;
+  /** Token expiry, one sweep for every socket. */
+  readonly expiry: ExpirySweep;
+  /** The handshake of `socket` was answered, accepted or refused (admission's window, src/tunnel/admission.ts). */
+  readonly settled?: (socket: TunnelSocket) => void;
 }
 
 /** Installs the handshake middleware and the connection handler on the namespace. */
 export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): void {
   const { nsp, logger, access, sessions } = ctx;
-  const { tokens, apps, devices, runner } = deps;
+  const { tokens, apps, devices, runner, expiry } = deps;
 
   const authenticate = async (token: unknown): Promise<Authenticated> => {
     if (typeof token !== 'string' || token.length === 0 || token.length > 8192) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
@@ -54,13 +78,23 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
     return { kind: 'device', uuid: claims.deviceUuid, gen: claims.gen, exp: claims.exp, authorizedAt: folded.revision.toString() };
   };
 
-  nsp.use((socket, next) => {
+  nsp.use((socket, answer) => {
+    const next = (error?: Error): void => {
+      deps.settled?.(socket);
+      answer(error);
+    };
     if (ctx.closing()) {
       next(handshakeError('unavailable', TUNNEL_MESSAGES.unavailable));
       return;
     }
+    // A second namespace connection over a transport whose upgrade request is already gone.
+    const request = socket.request as TunnelSocket['request'] | null;
+    if (request === null) {
+      next(handshakeError(UNAUTHORIZED, TUNNEL_MESSAGES.unavailable));
+      return;
+    }
     const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
-    const ip = deps.clientIp(socket.request);
+    const ip = deps.clientIp(request);
     let counted = false;
     // Past its IP's limit of failed handshakes, refused before any token check.
     deps.handshakes
@@ -96,51 +130,72 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
       );
   });
 
-  const expireWithToken = (session: Session, exp: number): void => {
-    if (exp <= 0) return;
-    const ms = exp * 1000 - deps.clock.now().getTime();
-    session.expiry = setTimeout(() => {
-      session.socket.emit('tunnel:error', { code: 'TOKEN_EXPIRED', message: TUNNEL_MESSAGES.tokenExpired });
-      session.socket.disconnect(true);
-    }, Math.min(Math.max(ms, 0), MAX_TIMER_MS));
-    session.expiry.unref();
-  };
-
   const sessionOf = (socket: TunnelSocket): Session => {
     if (socket.data.device !== undefined) return socket.data.device;
     const auth = socket.data.auth;
     if (auth.kind !== 'app') throw new Error('a device socket connected without its session');
-    return appSession(socket, auth.userId);
+    return appSession(socket, auth.userId, auth.exp);
   };
+
+  // The listeners every socket shares (`this` is the socket): nothing allocated per socket.
+  const sessionFor = (socket: TunnelSocket): Session | undefined => sessions.all.get(socket.id);
+  function onDisconnect(this: TunnelSocket, reason: string): void {
+    const session = sessionFor(this);
+    if (session === undefined) return;
+    logger.info({ socket: this.id, ...who(session), reason }, 'tunnel: disconnected');
+    if (session.kind === 'app') apps.left(session);
+    else devices.left(session);
+  }
+  function onAppSubscribe(this: TunnelSocket, ...args: unknown[]): void {
+    const session = sessionFor(this);
+    if (session?.kind === 'app') apps.onSubscribe(session, args);
+  }
+  function onAppUnsubscribe(this: TunnelSocket, ...args: unknown[]): void {
+    const session = sessionFor(this);
+    if (session?.kind === 'app') apps.onUnsubscribe(session, args);
+  }
+  function onAppMessage(this: TunnelSocket, ...args: unknown[]): void {
+    const session = sessionFor(this);
+    if (session?.kind === 'app') apps.onMessage(session, args);
+  }
+  const refuseSubscribe = (): never => {
+    throw new TunnelFailure('FORBIDDEN', TUNNEL_MESSAGES.devicesCannotSubscribe);
+  };
+  const failedSubscribe = (error: TunnelError): SubscribeAck => ({ success: false, error });
+  function onDeviceSubscribe(this: TunnelSocket, ...args: unknown[]): void {
+    const session = sessionFor(this);
+    if (session === undefined) return;
+    // Counted per principal before it is judged, as an app's is (decisions §6): refused all the
+    // same, but a flood is told RATE_LIMITED past the tier.
+    runner.run(session, args, failedSubscribe, () => andThen(runner.consume(session, 'subscribe'), refuseSubscribe));
+  }
+  function onDeviceUnsubscribe(this: TunnelSocket, ...args: unknown[]): void {
+    const session = sessionFor(this);
+    if (session !== undefined) runner.run(session, args, failedSubscribe, refuseSubscribe);
+  }
+  function onDeviceMessage(this: TunnelSocket, ...args: unknown[]): void {
+    const session = sessionFor(this);
+    if (session?.kind === 'device') devices.onMessage(session, args);
+  }
 
   nsp.on('connection', (socket) => {
     const session = sessionOf(socket);
+    session.raw = rawConnection(socket);
+    forgetHandshake(socket);
     sessions.all.set(socket.id, session);
-    const who = session.kind === 'app' ? { kind: 'app', userId: session.userId } : { kind: 'device', deviceUuid: session.uuid };
-    logger.info({ socket: socket.id, ...who }, 'tunnel: connected');
-    socket.on('disconnect', (reason) => {
-      logger.info({ socket: socket.id, ...who, reason }, 'tunnel: disconnected');
-      if (session.kind === 'app') apps.left(session);
-      else devices.left(session);
-    });
-    expireWithToken(session, socket.data.auth.exp);
+    logger.info({ socket: socket.id, ...who(session) }, 'tunnel: connected');
+    socket.on('disconnect', onDisconnect);
+    expiry.track(session);
 
     if (session.kind === 'app') {
-      socket.on('tunnel:subscribe', (...args: unknown[]) => apps.onSubscribe(session, args));
-      socket.on('tunnel:unsubscribe', (...args: unknown[]) => apps.onUnsubscribe(session, args));
-      socket.on('tunnel:message', (...args: unknown[]) => apps.onMessage(session, args));
+      socket.on('tunnel:subscribe', onAppSubscribe);
+      socket.on('tunnel:unsubscribe', onAppUnsubscribe);
+      socket.on('tunnel:message', onAppMessage);
       return;
     }
-    const refuseSubscribe = (): never => {
-      throw new TunnelFailure('FORBIDDEN', TUNNEL_MESSAGES.devicesCannotSubscribe);
-    };
-    const failedSubscribe = (error: TunnelError): SubscribeAck => ({ success: false, error });
-    // Counted per principal before it is judged, as an app's is (decisions §6): refused all the
-    // same, but a flood is told RATE_LIMITED past the tier.
-    const countedRefusal = () => andThen(runner.consume(session, 'subscribe'), refuseSubscribe);
-    socket.on('tunnel:subscribe', (...args: unknown[]) => runner.run(session, args, failedSubscribe, countedRefusal));
-    socket.on('tunnel:unsubscribe', (...args: unknown[]) => runner.run(session, args, failedSubscribe, refuseSubscribe));
-    socket.on('tunnel:message', (...args: unknown[]) => devices.onMessage(session, args));
+    socket.on('tunnel:subscribe', onDeviceSubscribe);
+    socket.on('tunnel:unsubscribe', onDeviceUnsubscribe);
+    socket.on('tunnel:message', onDeviceMessage);
     // Replaced or revoked between the claim and this moment: it is over already.
     if (session.ended) socket.disconnect(true);
   });

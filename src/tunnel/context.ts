@@ -1,3 +1,4 @@
+import type { Socket as NetSocket } from 'node:net';
 import type { Namespace, Server, Socket } from 'socket.io';
 import type { Logger } from '../logger';
 import type { RelayDirection } from '../metrics';
@@ -64,7 +65,10 @@ interface SessionBase {
   tail: Promise<void>;
   /** Sweeps in a row that found the socket's write queue over the limit. */
   congested: number;
-  expiry: NodeJS.Timeout | undefined;
+  /** When the token expires, epoch ms (0: never); one sweep for every socket (src/tunnel/expiry.ts). */
+  expiresAt: number;
+  /** The TCP connection of a socket that came straight over WebSocket (the upgrade request is not kept). */
+  raw: NetSocket | null;
 }
 
 export interface AppSession extends SessionBase {
@@ -87,17 +91,20 @@ export interface DeviceSession extends SessionBase {
 
 export type Session = AppSession | DeviceSession;
 
-function newSession(socket: TunnelSocket, principal: TunnelPrincipal): SessionBase {
-  return { socket, principal, waiting: 0, tail: Promise.resolve(), congested: 0, expiry: undefined };
+/** The tail of a socket with nothing waiting: one settled promise for all of them. */
+export const IDLE_TAIL: Promise<void> = Promise.resolve();
+
+function newSession(socket: TunnelSocket, principal: TunnelPrincipal, exp: number): SessionBase {
+  return { socket, principal, waiting: 0, tail: IDLE_TAIL, congested: 0, expiresAt: exp > 0 ? exp * 1000 : 0, raw: null };
 }
 
-export function appSession(socket: TunnelSocket, userId: string): AppSession {
-  return { ...newSession(socket, { type: 'user', id: userId }), kind: 'app', userId, subscriptions: new Map() };
+export function appSession(socket: TunnelSocket, userId: string, exp: number): AppSession {
+  return { ...newSession(socket, { type: 'user', id: userId }, exp), kind: 'app', userId, subscriptions: new Map() };
 }
 
 export function deviceSession(socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): DeviceSession {
   return {
-    ...newSession(socket, { type: 'device', id: auth.uuid }),
+    ...newSession(socket, { type: 'device', id: auth.uuid }, auth.exp),
     kind: 'device',
     uuid: auth.uuid,
     gen: auth.gen,

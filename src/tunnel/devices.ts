@@ -116,7 +116,6 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
   };
 
   const left = (session: DeviceSession): void => {
-    clearTimeout(session.expiry);
     sessions.all.delete(session.socket.id);
     const set = sessions.devices.get(session.uuid);
     set?.delete(session);

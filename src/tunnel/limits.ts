@@ -2,7 +2,7 @@ import type { Socket as NetSocket } from 'node:net';
 import type { z } from 'zod';
 import { DomainError } from '../domain/errors';
 import { parseInput } from '../api/validation';
-import { andThen, errorText, type Maybe, type Session, type TunnelContext, type TunnelSocket } from './context';
+import { andThen, errorText, IDLE_TAIL, type Maybe, type Session, type TunnelContext, type TunnelSocket } from './context';
 import { TunnelFailure, TUNNEL_MESSAGES, toTunnelError } from './errors';
 import type { TunnelError } from './events';
 import type { LimitDecision, TunnelLimiter, TunnelLimitKind } from './limiter';
@@ -82,7 +82,8 @@ export function createEventRunner(ctx: Pick<TunnelContext, 'logger' | 'options'>
   const enqueue = (session: Session, work: Promise<void>): void => {
     session.waiting++;
     session.tail = work.finally(() => {
-      session.waiting--;
+      // Nothing waits any more: the settled promise does not stay with the socket.
+      if (--session.waiting === 0) session.tail = IDLE_TAIL;
     });
   };
 
@@ -107,9 +108,14 @@ export function createEventRunner(ctx: Pick<TunnelContext, 'logger' | 'options'>
   };
 }
 
-/** The TCP connection of a socket that came straight over WebSocket (the upgrade request's). */
+/**
+ * The TCP connection of a socket that came straight over WebSocket (the upgrade request's),
+ * read at the handshake: the request itself is not kept (src/tunnel/connection.ts).
+ */
 export function rawConnection(socket: TunnelSocket): NetSocket | null {
-  return socket.request.headers.upgrade?.toLowerCase() === 'websocket' ? socket.request.socket : null;
+  const request = socket.request as TunnelSocket['request'] | null;
+  if (request === null) return null;
+  return request.headers.upgrade?.toLowerCase() === 'websocket' ? request.socket : null;
 }
 
 function queuedPackets(socket: TunnelSocket): number {
@@ -127,7 +133,7 @@ export function startSlowConsumerSweep(ctx: Pick<TunnelContext, 'logger' | 'opti
         ctx.logger.warn({ socket: session.socket.id, principal: session.principal }, 'tunnel: slow consumer cut off');
         session.socket.conn.close(true);
         // A client that does not read would not finish the WebSocket closing handshake either.
-        rawConnection(session.socket)?.destroy();
+        session.raw?.destroy();
       }
     }
   }, ctx.options.sweepEveryMs);

@@ -1,8 +1,10 @@
-import type { Server as HttpServer } from 'node:http';
+import { ServerResponse, type IncomingMessage, type Server as HttpServer } from 'node:http';
 import { Server } from 'socket.io';
 import { appOriginOf } from '../api/middleware';
 import type { AccessRevocations } from '../auth/access-revocations';
 import type { Tokens } from '../auth/tokens';
+import type { StateCache } from '../commands/handler';
+import type { DeviceState } from '../domain/device';
 import { systemClock, type Clock } from '../commands/handler';
 import type { EventStore } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
@@ -16,9 +18,10 @@ import { acceptConnections, handshakeError } from './connection';
 import { createSessions, DEFAULT_TUNNEL_OPTIONS, errorText, type TunnelContext, type TunnelNamespace, type TunnelOptions, type TunnelServer } from './context';
 import { createDeviceSockets } from './devices';
 import { TUNNEL_NAMESPACE, UNAUTHORIZED } from './events';
-import { createEventRunner, rawConnection, startSlowConsumerSweep } from './limits';
+import { createEventRunner, startSlowConsumerSweep } from './limits';
 import { unlimited, type TunnelLimiter } from './limiter';
 import { peerAddress, unlimitedHandshakes, type ClientIp, type HandshakeLimiter } from './handshake-limit';
+import { startExpirySweep } from './expiry';
 import { startLiveFeed } from './live-feed';
 
 /**
@@ -29,7 +32,8 @@ import { startLiveFeed } from './live-feed';
  * | --------------- | ------------------------------------------------------------------------- |
  * | `events.ts`     | the typed contract apps and hubs import                                   |
  * | `context.ts`    | sessions, rooms and options every concern shares                          |
- * | `connection.ts` | handshake, a session per socket, expiry with the token                    |
+ * | `connection.ts` | handshake, a session per socket                                           |
+ * | `expiry.ts`     | sockets cut when their token expires, one sweep for all                   |
  * | `apps.ts`       | subscribe, unsubscribe, relay to a device                                 |
  * | `devices.ts`    | the one live socket per device, relay to apps, status on connect and drop |
  * | `live-feed.ts`  | device events → presence `device:status`, revocations; deactivations      |
@@ -68,6 +72,8 @@ export interface TunnelDeps {
   readonly readStore?: ReadStore;
   /** Deactivated accounts: their app sockets are told ACCESS_REVOKED and closed. */
   readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked' | 'isRevoked'>;
+  /** The heartbeat path's device folds: the tunnel starts from them and keeps the same ones (src/tunnel/access.ts). */
+  readonly deviceStates?: Pick<StateCache<DeviceState>, 'get'>;
   /** Told of a device stream whose token generation changed or that was deleted, on any process. */
   readonly onDeviceRevoked?: (streamName: string) => void;
 }
@@ -106,9 +112,20 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     serveClient: false,
     maxHttpBufferSize: options.maxFrameBytes,
     connectTimeout: 10_000,
+    // Neither compresses: a deflate context per WebSocket is tens of KB per idle hub, and the
+    // messages are small JSON.
+    perMessageDeflate: false,
+    httpCompression: false,
     allowRequest: (_req, callback) => callback(closing ? 'shutting down' : null, !closing),
     ...(cluster.adapter !== undefined ? { adapter: cluster.adapter } : {}),
     ...(origin !== undefined ? { cors: { origin, credentials: true } } : {}),
+  });
+  // engine.io hands the middlewares a stand-in response for a WebSocket upgrade, which keeps the
+  // upgrade request (headers, raw headers, query) for as long as the TCP connection lives (a
+  // `close` listener on it holds the stand-in). Last of the middlewares: once they ran, it lets go.
+  io.engine.use((_req: IncomingMessage, res: unknown, next: (error?: unknown) => void) => {
+    if (!(res instanceof ServerResponse) && typeof res === 'object' && res !== null) (res as { req: unknown }).req = null;
+    next();
   });
   // Nothing lives in the main namespace.
   io.of('/').use((_socket, next) => next(handshakeError(UNAUTHORIZED, 'Connect to the /tunnel namespace')));
@@ -120,7 +137,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     logger,
     now: () => clock.now().toISOString(),
     cluster,
-    access: createDeviceAccess(deps.eventStore, { maxEntries: options.accessCacheSize, now: () => Date.now() }),
+    access: createDeviceAccess(deps.eventStore, { maxEntries: options.accessCacheSize, now: () => Date.now(), shared: deps.deviceStates }),
     sessions: createSessions(),
     readStore: deps.readStore,
     onRelayed: deps.onRelayed,
@@ -138,7 +155,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   cluster.attach(nsp, (notice) => devices.onNotice(notice));
   await cluster.roomsReady();
   // Before any token check: device handshakes at the pace this process can serve.
-  if (deps.admission !== undefined) admitHandshakes(nsp, createAdmission(deps.admission));
+  const admitted = deps.admission !== undefined ? admitHandshakes(nsp, createAdmission(deps.admission)) : null;
+  const expiry = startExpirySweep(ctx, clock);
   acceptConnections(ctx, {
     tokens: deps.tokens,
     clock,
@@ -147,6 +165,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     devices,
     handshakes: deps.handshakeLimiter ?? unlimitedHandshakes,
     clientIp: deps.clientIp ?? peerAddress,
+    expiry,
+    settled: (socket) => admitted?.settled(socket),
   });
   const feed = await startLiveFeed(ctx, { eventStore: deps.eventStore, apps, devices, accessRevocations: deps.accessRevocations, onDeviceRevoked: deps.onDeviceRevoked });
   const stopSweep = startSlowConsumerSweep(ctx);
@@ -182,10 +202,11 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       if (closing) return;
       closing = true;
       stopSweep();
+      expiry.stop();
       clearInterval(refresh);
       await feed.stop();
       // Closing the transports, not a Socket.IO disconnect: clients then reconnect (to another process).
-      const connections = [...ctx.sessions.all.values()].flatMap((session) => rawConnection(session.socket) ?? []);
+      const connections = [...ctx.sessions.all.values()].flatMap((session) => session.raw ?? []);
       io.engine.close();
       const settle = Promise.allSettled([...background]);
       await Promise.race([settle, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);

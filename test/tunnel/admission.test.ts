@@ -17,7 +17,7 @@ describe('the admission pace', () => {
     expect(answers.slice(0, 10)).toEqual(Array(10).fill(null));
     // 30 refused at 10 per second: told 1, 1, ..., 2, ..., 3 seconds.
     expect(answers.slice(10)).toEqual([...Array(10).fill(1), ...Array(10).fill(2), ...Array(10).fill(3)]);
-    expect(admission.stats()).toEqual({ admitted: 10, refused: 30 });
+    expect(admission.stats()).toMatchObject({ admitted: 10, refused: 30 });
     // A second later the bucket holds ten again.
     t += 1000;
     expect(Array.from({ length: 10 }, () => admission.decide())).toEqual(Array(10).fill(null));
@@ -27,6 +27,50 @@ describe('the admission pace', () => {
     const admission = createAdmission({ perSecond: 1, maxRetryAfterSeconds: 5, now: () => 0 });
     const answers = Array.from({ length: 20 }, () => admission.decide());
     expect(Math.max(...answers.map((a) => a ?? 0))).toBe(5);
+  });
+});
+
+describe('the in-flight window', () => {
+  test('past the window a hub is refused until one in flight is answered', () => {
+    let t = 0;
+    const admission = createAdmission({ perSecond: 0, window: { initial: 4, min: 2, targetMs: 1000 }, now: () => t });
+    // Nothing answered yet: refused hubs are booked a second apart.
+    expect(Array.from({ length: 6 }, () => admission.decide())).toEqual([null, null, null, null, 1, 2]);
+    // Answered slowly (past the target): the window shrinks, to no fewer than `min`.
+    t = 1500;
+    admission.settled(0);
+    expect(admission.stats()).toMatchObject({ inFlight: 3, window: 3 });
+    expect(admission.decide()).not.toBeNull();
+    // Within the same target period it does not shrink again.
+    admission.settled(0);
+    expect(admission.stats()).toMatchObject({ inFlight: 2, window: 3 });
+    expect(admission.decide()).toBeNull();
+    expect(admission.decide()).not.toBeNull();
+  });
+
+  test('handshakes answered within the target widen it, one place each', () => {
+    let t = 0;
+    const admission = createAdmission({ perSecond: 0, window: { initial: 2, max: 3, targetMs: 1000 }, now: () => t });
+    expect([admission.decide(), admission.decide(), admission.decide()]).toEqual([null, null, 1]);
+    t = 100;
+    admission.settled(0);
+    admission.settled(0);
+    expect(admission.stats()).toMatchObject({ inFlight: 0, window: 3 });
+    expect([admission.decide(), admission.decide(), admission.decide(), admission.decide()]).toEqual([null, null, null, expect.any(Number)]);
+  });
+
+  test('refused hubs are spread at the rate the process answers', () => {
+    let t = 0;
+    const admission = createAdmission({ perSecond: 0, window: { initial: 1, min: 1, max: 1, targetMs: 60_000 }, now: () => t });
+    // Two answered per second, measured over a second.
+    for (let i = 0; i < 4; i++) {
+      expect(admission.decide()).toBeNull();
+      t += 500;
+      admission.settled(t - 500);
+    }
+    expect(admission.decide()).toBeNull();
+    const waits = Array.from({ length: 6 }, () => admission.decide());
+    expect(waits).toEqual([1, 1, 2, 2, 3, 3]);
   });
 });
 

@@ -1,0 +1,71 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createStateCache, handleCommand, loadAggregate, newCommandContext, systemClock } from '../../src/commands/handler';
+import { deviceDecider, type DeviceCommand, type DeviceState } from '../../src/domain/device';
+import { deviceStream } from '../../src/domain/events';
+import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
+import type { EventStore, RecordedEvent } from '../../src/infra/eventstore/port';
+import { createDeviceAccess } from '../../src/tunnel/access';
+
+/**
+ * The tunnel's device folds and the heartbeat path's are the same objects
+ * (src/tunnel/access.ts, `shared`): a hub's device is folded once, not twice, and the tunnel
+ * still sees what is newer than the shared fold.
+ */
+
+let dir: string;
+let store: EventStore;
+beforeEach(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'hhc-access-shared-'));
+  store = await openEmbeddedEventStore(dir);
+});
+afterEach(async () => {
+  await store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function run(uuid: string, actor: string, cmd: DeviceCommand): Promise<void> {
+  await handleCommand(store, deviceDecider, deviceStream(uuid), cmd, newCommandContext({ type: 'user', id: actor }, randomUUID()), systemClock);
+}
+
+async function lastEvent(uuid: string): Promise<RecordedEvent> {
+  let last: RecordedEvent | undefined;
+  for await (const event of store.readStream(deviceStream(uuid))) last = event;
+  if (last === undefined) throw new Error('no events');
+  return last;
+}
+
+test('a fold of the shared cache is taken as it is, and an event it already covers keeps it', async () => {
+  const uuid = randomUUID();
+  const owner = randomUUID();
+  const now = new Date().toISOString();
+  await run(uuid, owner, { type: 'RegisterDevice', data: { id: randomUUID(), uuid, deviceId: 'HUB-1', name: 'Hub', actorUserId: owner, linkId: randomUUID(), ownedDeviceCount: 0, maxDevicesPerUser: 10, now } });
+  const shared = createStateCache<DeviceState>(10);
+  const fold = async () => loadAggregate(store, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid));
+  shared.set(deviceStream(uuid), await fold());
+  const access = createDeviceAccess(store, { maxEntries: 10, now: () => Date.now(), shared });
+
+  // Nothing newer in the stream: the shared fold itself.
+  const first = await access.fresh(uuid);
+  expect(first).toBe(shared.get(deviceStream(uuid)));
+  expect(access.peek(uuid)).toBe(first);
+
+  // A new token: the heartbeat path folded it already; the live feed's event keeps that fold.
+  await run(uuid, owner, { type: 'IssueDeviceToken', data: { uuid, actorUserId: owner, now } });
+  const issued = await lastEvent(uuid);
+  const afterIssue = await fold();
+  shared.set(deviceStream(uuid), afterIssue);
+  access.apply(issued);
+  expect(access.peek(uuid)).toBe(afterIssue);
+
+  // Another one the shared cache has not seen: folded here, and newer than the shared fold.
+  await run(uuid, owner, { type: 'IssueDeviceToken', data: { uuid, actorUserId: owner, now } });
+  access.apply(await lastEvent(uuid));
+  const own = access.peek(uuid);
+  expect(own).not.toBe(shared.get(deviceStream(uuid)));
+  expect(own?.state).toMatchObject({ status: 'active', gen: 2 });
+  // And a fresh read starts from the newer of the two.
+  expect((await access.fresh(uuid)).revision).toBe(own?.revision);
+});

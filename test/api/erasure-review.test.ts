@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { api, CRM_KEY, createUser, GENEROUS_RATE_LIMITS, startTestService, type TestService } from '../support/harness';
+import { api, CRM_KEY, createUser, GENEROUS_RATE_LIMITS, MODES, startTestService, type Mode, type TestService } from '../support/harness';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 
 /**
@@ -31,20 +31,15 @@ async function syncIdOf(service: TestService, token: string): Promise<number> {
   return (res.body as { user: { syncId: number } }).user.syncId;
 }
 
-describe('erasure review (embedded mode)', () => {
-  let smtp: TestSmtpServer;
+describe.each<Mode>(MODES)('erasure of devices deleted or left before, and their export (%s mode)', (mode) => {
   let service: TestService;
-  const dirs: string[] = [];
 
   beforeAll(async () => {
-    smtp = await startTestSmtpServer();
-    service = await startTestService('embedded', { SMTP_URL: smtp.url, RATE_LIMITS: GENEROUS_RATE_LIMITS });
+    service = await startTestService(mode, { RATE_LIMITS: GENEROUS_RATE_LIMITS });
   }, 60_000);
 
   afterAll(async () => {
     await service?.stop();
-    await smtp?.stop();
-    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
   });
 
   test('a device the person registered and deleted themselves is no longer readable once the person is erased', async () => {
@@ -124,6 +119,24 @@ describe('erasure review (embedded mode)', () => {
     expect(events.filter((e) => e.stream === `device-${uuid}`).map((e) => e.type)).toEqual(['UserUnlinked']);
     expect((res.body as { devices: unknown[] }).devices).toEqual([]);
   });
+});
+
+describe('an erasure stopped half-way (embedded mode)', () => {
+  let smtp: TestSmtpServer;
+  let service: TestService;
+  const dirs: string[] = [];
+
+  beforeAll(async () => {
+    smtp = await startTestSmtpServer();
+    service = await startTestService('embedded', { SMTP_URL: smtp.url, RATE_LIMITS: GENEROUS_RATE_LIMITS });
+  }, 60_000);
+
+  afterAll(async () => {
+    await service?.stop();
+    await smtp?.stop();
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+
 
   test('an erasure stopped after UserErased (the start snapshot could not be written) is finished by asking again', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'hhc-erasure-'));
@@ -211,7 +224,7 @@ describe('erasure review (embedded mode)', () => {
   }, 120_000);
 });
 
-describe('erasure review: validation messages', () => {
+describe('erasure: validation messages', () => {
   let service: TestService;
 
   beforeAll(async () => {
@@ -239,7 +252,7 @@ describe('erasure review: validation messages', () => {
   });
 });
 
-describe('erasure review: logs (embedded mode, no SMTP_URL: the default)', () => {
+describe('erasure: logs (embedded mode, no SMTP_URL: the default)', () => {
   let service: TestService;
 
   beforeAll(async () => {

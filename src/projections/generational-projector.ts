@@ -121,8 +121,20 @@ export async function startGenerationalProjector(
     resolveCaughtUp();
     settleDone.reject(error);
   };
+  /** Since when the step running now (a phase starting or ending, a switch) has been at work. */
+  let stepSince: number | null = null;
   const enqueue = (step: () => Promise<void>): void => {
-    chain = chain.then(() => (stopped ? undefined : step())).catch(fail);
+    chain = chain
+      .then(async () => {
+        if (stopped) return;
+        stepSince = Date.now();
+        try {
+          await step();
+        } finally {
+          stepSince = null;
+        }
+      })
+      .catch(fail);
   };
 
   const completeSwitch = async (to: number): Promise<void> => {
@@ -196,7 +208,11 @@ export async function startGenerationalProjector(
   return {
     caughtUp,
     done,
-    progress: () => phase?.projector.progress() ?? { position: null, caughtUp: false, eventsApplied: 0, lastEventAt: null },
+    progress: () => {
+      const current = phase?.projector.progress() ?? { position: null, caughtUp: false, eventsApplied: 0, lastEventAt: null, pendingSince: null };
+      const since = [current.pendingSince, stepSince].filter((t): t is number => t !== null);
+      return { ...current, pendingSince: since.length === 0 ? null : Math.min(...since) };
+    },
     stop: async () => {
       if (!stopped) {
         stopped = true;

@@ -18,6 +18,8 @@ import type Redis from 'ioredis';
  */
 export interface Lease {
   readonly owner: string;
+  /** How often a process that does not hold the lease bids for it (and a holder renews it). */
+  readonly bidEveryMs: number;
   /** Resolves once this process holds the lease. */
   acquire(signal?: AbortSignal): Promise<void>;
   /** Resolves when the lease is lost (taken, refused, or not renewed in time). */
@@ -146,6 +148,7 @@ export function createRedisLease(redis: Redis, key: string, ttlMs: number, optio
 
   return {
     owner,
+    bidEveryMs: every,
     isHeld: () => held && now() < validUntil,
     epoch: () => (held && now() < validUntil ? currentEpoch : null),
     heldUntil: () => validUntil,

@@ -13,6 +13,12 @@ export interface ProjectorProgress {
   readonly eventsApplied: number;
   /** When the last applied event occurred, for lag in milliseconds. */
   readonly lastEventAt: string | null;
+  /**
+   * Since when (ms since the epoch) the oldest write to the read store still unanswered was
+   * begun (a batch's reads and writes, a checkpoint), or null when none is waiting: a
+   * projector cut off from its store shows it here while nothing else tells (the call waits).
+   */
+  readonly pendingSince: number | null;
 }
 
 export interface ProjectorOptions {
@@ -85,6 +91,22 @@ export async function startProjector(
   let lastCheckpointAt = Date.now();
   let sinceCheckpoint = 0;
   let timer: NodeJS.Timeout | undefined;
+  /** The start of each read-store call in flight (a batch, a checkpoint): the oldest is `pendingSince`. */
+  const inFlight = new Set<{ readonly since: number }>();
+  const tracked = async <T>(work: () => Promise<T>): Promise<T> => {
+    const entry = { since: Date.now() };
+    inFlight.add(entry);
+    try {
+      return await work();
+    } finally {
+      inFlight.delete(entry);
+    }
+  };
+  const pendingSince = (): number | null => {
+    let oldest: number | null = null;
+    for (const { since } of inFlight) if (oldest === null || since < oldest) oldest = since;
+    return oldest;
+  };
 
   // Every stream, not only those some projection reads: the position then passes events
   // nothing projects too (e-mail reservations), so a write of one of them is "applied" for
@@ -99,7 +121,8 @@ export async function startProjector(
     const p = position;
     const epoch = fencing?.epoch ?? 0;
     // A position further on stored already ('behind') is harmless: documents are guarded, and the checkpoint never goes back.
-    if ((await readStore.advanceCheckpoint(CHECKPOINT_NAME, formatPosition(p), { epoch, order: positionOrder(p) })) === 'fenced') {
+    const written = await tracked(() => readStore.advanceCheckpoint(CHECKPOINT_NAME, formatPosition(p), { epoch, order: positionOrder(p) }));
+    if (written === 'fenced') {
       throw new ProjectorFencedError(epoch);
     }
     checkpointed = p;
@@ -121,11 +144,13 @@ export async function startProjector(
     const last = events[events.length - 1];
     if (last === undefined) return;
     // Collections are independent and the checkpoint comes after all of them: in parallel.
-    await Promise.all(
-      projections.map((projection) => {
-        const mine = events.filter((event) => projection.streamPrefixes.some((prefix) => event.streamName.startsWith(prefix)));
-        return mine.length === 0 ? undefined : projection.applyBatch(mine, readStore);
-      }),
+    await tracked(() =>
+      Promise.all(
+        projections.map((projection) => {
+          const mine = events.filter((event) => projection.streamPrefixes.some((prefix) => event.streamName.startsWith(prefix)));
+          return mine.length === 0 ? undefined : projection.applyBatch(mine, readStore);
+        }),
+      ),
     );
     position = last.position;
     eventsApplied += events.length;
@@ -157,7 +182,7 @@ export async function startProjector(
   return {
     caughtUp,
     done,
-    progress: () => ({ position, caughtUp: caughtUpFlag, eventsApplied, lastEventAt }),
+    progress: () => ({ position, caughtUp: caughtUpFlag, eventsApplied, lastEventAt, pendingSince: pendingSince() }),
     stop: async () => {
       await subscription.close();
       await done.catch(() => undefined);

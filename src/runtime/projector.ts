@@ -27,6 +27,25 @@ export interface ProjectorRole {
   readonly stop: () => Promise<void>;
 }
 
+/**
+ * Resolves once `pendingSince()` (the start of the oldest read-store call still unanswered)
+ * lies `boundMs` or more in the past, looked at a few times per bound; never once `signal`
+ * aborts.
+ */
+export function stallOf(pendingSince: () => number | null, boundMs: number, signal: AbortSignal): Promise<'stalled'> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return;
+    const timer = setInterval(() => {
+      const since = pendingSince();
+      if (since === null || Date.now() - since < boundMs) return;
+      clearInterval(timer);
+      resolve('stalled');
+    }, Math.max(50, Math.floor(boundMs / 4)));
+    timer.unref();
+    signal.addEventListener('abort', () => clearInterval(timer), { once: true });
+  });
+}
+
 /** Logs a projector's progress: once caught up, then every ten seconds while it applies events. */
 function reportProgress(logger: Logger): (projector: Projector) => Projector {
   return (projector) => {
@@ -80,9 +99,9 @@ export function startProjectorRole(config: Config, infra: Infrastructure, logger
     return projector;
   };
   /** After a failure: logged, then a wait that grows with the failures in a row (bounded). */
-  const backOff = async (): Promise<void> => {
+  const backOff = async (atLeastMs = 0): Promise<void> => {
     failuresInARow += 1;
-    const waitMs = restartDelayMs(failuresInARow);
+    const waitMs = Math.max(atLeastMs, restartDelayMs(failuresInARow));
     logger.warn({ failuresInARow, waitMs }, 'projector restarting');
     await delay(waitMs, abort.signal);
   };
@@ -128,45 +147,71 @@ export function startProjectorRole(config: Config, infra: Infrastructure, logger
   }
 
   const lease = createRedisLease(infra.redis, PROJECTOR_LEASE_KEY, config.projectorLeaseMs);
+  // A holder whose read store has not answered for this long gives the lease up, so that a
+  // process that reaches the store projects meanwhile: the same bound as a holder cut off
+  // from Redis, whose lease passes on after this long too.
+  const stallBoundMs = config.projectorLeaseMs;
+  // Backing off after a failure or a stall leaves the others time to bid (they bid every bidEveryMs).
+  const giveWayMs = 2 * lease.bidEveryMs;
+  /** A projector given up while it still waited on its store stops in the background; this process bids again once it has. */
+  let stopping: Promise<void> = Promise.resolve();
+  const whenAborted = new Promise<void>((resolve) => abort.signal.addEventListener('abort', () => resolve(), { once: true }));
   const loop = (async () => {
     while (!abort.signal.aborted) {
+      await Promise.race([stopping, whenAborted]);
+      if (abort.signal.aborted) return;
       try {
         await lease.acquire(abort.signal);
       } catch {
         return; // aborted: the role is stopping
       }
-      let failed = false;
+      let outcome: 'lost' | 'stopped' | 'failed' | 'stalled' = 'lost';
+      const tenure = new AbortController();
       try {
         const epoch = lease.epoch();
         if (epoch === null) continue; // lost again already: the finally below gives it up
         logger.warn({ owner: lease.owner, epoch }, 'projector lease acquired');
         void lease.lost().then(() => logger.warn({ owner: lease.owner, epoch, heldUntil: lease.heldUntil() }, 'projector lease lost; applying stopped'));
-        // Fencing: nothing is written once the lease is not certainly held, and the checkpoint carries the epoch.
-        const fencing = { epoch, held: () => lease.isHeld() };
-        const projector = started(reportProgress(logger)(await infra.readModels.startProjector(projections, { ...options, fencing })));
-        active = projector;
-        const outcome = await Promise.race([
-          lease.lost().then(() => 'lost' as const),
-          projector.done.then(
-            () => 'stopped' as const,
-            () => 'failed' as const,
-          ),
-        ]);
-        failed = outcome === 'failed';
-        active = null;
-        await projector.stop();
+        // Fencing: nothing is written once this tenure's lease is not certainly held, and the checkpoint carries the epoch.
+        const fencing = { epoch, held: () => lease.epoch() === epoch };
+        const lost = lease.lost().then(() => 'lost' as const);
+        const startedAt = Date.now();
+        const starting = infra.readModels.startProjector(projections, { ...options, fencing });
+        // The start reads the checkpoint and declares indexes: a store that does not answer holds it up too.
+        const first = await Promise.race([starting, lost, stallOf(() => startedAt, stallBoundMs, tenure.signal)]);
+        if (first === 'lost' || first === 'stalled') {
+          outcome = first;
+          stopping = starting.then((late) => late.stop()).catch(() => undefined);
+        } else {
+          const projector = started(reportProgress(logger)(first));
+          active = projector;
+          outcome = await Promise.race([
+            lost,
+            projector.done.then(
+              () => 'stopped' as const,
+              () => 'failed' as const,
+            ),
+            stallOf(() => projector.progress().pendingSince, stallBoundMs, tenure.signal),
+          ]);
+          active = null;
+          // A stalled projector stops once its store answers (or its client gives up), after the lease is given up below.
+          if (outcome === 'stalled') stopping = projector.stop().catch(() => undefined);
+          else await projector.stop();
+        }
+        if (outcome === 'stalled') logger.warn({ owner: lease.owner, epoch, boundMs: stallBoundMs }, 'projector stalled on the read store; giving the lease up');
       } catch (error) {
         // The read store unreachable at start or at the last checkpoint.
-        failed = true;
+        outcome = 'failed';
         logger.error({ err: errorMessage(error) }, 'projector failed');
       } finally {
+        tenure.abort();
         active = null;
         // Given up either way, so that a standby may take over while this one waits.
         await lease.release().catch(() => undefined);
       }
       if (abort.signal.aborted) return;
-      if (failed) {
-        await backOff();
+      if (outcome === 'failed' || outcome === 'stalled') {
+        await backOff(giveWayMs);
       } else {
         logger.warn('projector lease lost or projector stopped; standing by');
         await delay(PROJECTOR_RETRY_MS, abort.signal);

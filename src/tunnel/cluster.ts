@@ -3,6 +3,7 @@ import Redis, { type RedisOptions } from 'ioredis';
 import { createAdapter, createShardedAdapter } from '@socket.io/redis-adapter';
 import type { Namespace, ServerOptions } from 'socket.io';
 import type { Logger } from '../logger';
+import { startLiveness } from './cluster-liveness';
 
 /**
  * What the tunnel needs from the other API processes, behind one interface with two
@@ -110,17 +111,12 @@ export interface RedisClusterOptions {
   readonly deviceTtlMs?: number;
   /** How long another process's answer about a device is trusted without a notice. */
   readonly remoteCacheMs?: number;
-  /** How long a process's liveness key outlives its last renewal: a process silent this long is dead to the others. */
+  /** The liveness keys' timings (src/tunnel/cluster-liveness.ts; defaults: DEFAULT_LIVENESS). */
   readonly livenessTtlMs?: number;
-  /** How often a process renews its liveness key. */
   readonly livenessRenewMs?: number;
-  /** How often the liveness of the processes holding known devices is checked (one command per process). */
   readonly livenessSweepMs?: number;
-  /** How long a liveness answer is trusted on the relay path. */
   readonly livenessCacheMs?: number;
 }
-
-export const DEFAULT_LIVENESS = { ttlMs: 12_000, renewMs: 3_000, sweepMs: 2_000, cacheMs: 4_000 } as const;
 
 /**
  * The claim: Redis's clock in microseconds, and always above the device's previous claim, so
@@ -169,13 +165,6 @@ if not owner then return {current, 0} end
 return {current, redis.call('EXISTS', ARGV[1] .. owner)}
 `;
 
-/** Renews this process's liveness key; answers whether it was still there (0: it expired, or Redis lost it). */
-const ALIVE_SCRIPT = `
-local existed = redis.call('EXISTS', KEYS[1])
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
-return existed
-`;
-
 function claimOf(value: string | null): DeviceClaim {
   if (value === null) return 0;
   const claim = Number(value.split(' ', 1)[0]);
@@ -213,10 +202,6 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
   const prefix = options.prefix ?? 'hhc:tunnel';
   const deviceTtlMs = options.deviceTtlMs ?? 90_000;
   const remoteCacheMs = options.remoteCacheMs ?? 10_000;
-  const livenessTtlMs = options.livenessTtlMs ?? DEFAULT_LIVENESS.ttlMs;
-  const livenessRenewMs = options.livenessRenewMs ?? DEFAULT_LIVENESS.renewMs;
-  const livenessSweepMs = options.livenessSweepMs ?? DEFAULT_LIVENESS.sweepMs;
-  const livenessCacheMs = options.livenessCacheMs ?? DEFAULT_LIVENESS.cacheMs;
   const owner = randomUUID();
   // Adapter commands must never reject (the adapters do not always catch): while Redis is
   // away they wait in the offline queue, and broadcasts resume when it is back.
@@ -239,8 +224,6 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
       ? createShardedAdapter(pub, sub, { channelPrefix, subscriptionMode: 'dynamic' })
       : createAdapter(pub, sub, { key: channelPrefix, publishOnSpecificResponseChannel: true });
   const deviceKey = (uuid: string): string => `${prefix}:device:${uuid}`;
-
-  const alivePrefix = `${prefix}:alive:`;
 
   /** What this process last heard about devices held elsewhere: least recently used first. */
   const remote = new Map<string, Known>();
@@ -293,15 +276,7 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
     store(uuid, { ...device, learnedAt, until: now + remoteCacheMs });
   };
 
-  // ---- liveness: a key per process, renewed every few seconds; the records of its devices point to it.
-  const liveness = new Map<string, { readonly alive: boolean; readonly until: number }>();
-  const livenessChecks = new Map<string, Promise<boolean>>();
-  const aliveKnown = (who: string | null): boolean | undefined => {
-    if (who === null) return undefined;
-    if (who === owner) return true;
-    const entry = liveness.get(who);
-    return entry !== undefined && entry.until > Date.now() ? entry.alive : undefined;
-  };
+  // ---- liveness: a key per process (cluster-liveness.ts); the records of its devices point to it.
   let goneListener: (devices: readonly GoneDevice[]) => void = () => undefined;
   /** The process is dead: every device it held is gone (as of `askedAt`), and whoever listens is told. */
   const buried = (who: string, askedAt: number): void => {
@@ -316,69 +291,20 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
     }
     if (gone.length > 0) goneListener(gone);
   };
-  const learnLiveness = (who: string, alive: boolean, askedAt: number): void => {
-    if (who === owner) return;
-    liveness.set(who, { alive, until: askedAt + livenessCacheMs });
-    if (!alive) buried(who, askedAt);
-  };
-  const checkLiveness = (who: string): Promise<boolean> => {
-    const pending = livenessChecks.get(who);
-    if (pending !== undefined) return pending;
-    const askedAt = Date.now();
-    const check = pub
-      .exists(`${alivePrefix}${who}`)
-      .then((found) => {
-        learnLiveness(who, found === 1, askedAt);
-        return found === 1;
-      })
-      .finally(() => livenessChecks.delete(who));
-    livenessChecks.set(who, check);
-    return check;
-  };
   let nsp: Namespace | null = null;
   let reconnected: (why: 'reconnected' | 'revived') => void = () => undefined;
-  const aliveKey = `${alivePrefix}${owner}`;
-  // 'ready' again after the first time: Redis was away, and may have come back empty (this
-  // process's liveness key too: written again at once, before the others sweep).
-  pub.on('ready', () => {
-    pub.set(aliveKey, '1', 'PX', livenessTtlMs).catch(() => undefined);
-    reconnected('reconnected');
+  const liveness = await startLiveness(pub, {
+    prefix,
+    owner,
+    logger: options.logger,
+    ...(options.livenessTtlMs !== undefined ? { ttlMs: options.livenessTtlMs } : {}),
+    ...(options.livenessRenewMs !== undefined ? { renewMs: options.livenessRenewMs } : {}),
+    ...(options.livenessSweepMs !== undefined ? { sweepMs: options.livenessSweepMs } : {}),
+    ...(options.livenessCacheMs !== undefined ? { cacheMs: options.livenessCacheMs } : {}),
+    owners: () => [...byOwner.keys()],
+    onDead: buried,
+    onRevived: (why) => reconnected(why),
   });
-  await pub.set(aliveKey, '1', 'PX', livenessTtlMs);
-  let renewing = false;
-  const renew = setInterval(() => {
-    if (renewing) return; // the previous renewal is still waiting (Redis away or cut off)
-    renewing = true;
-    pub
-      .eval(ALIVE_SCRIPT, 1, aliveKey, String(livenessTtlMs))
-      .then((existed) => {
-        // The key had expired: the others took this process for dead and told their subscribers so.
-        if (existed !== 1) reconnected('revived');
-      })
-      .catch((error: unknown) => options.logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'tunnel liveness renewal failed'))
-      .finally(() => (renewing = false));
-  }, livenessRenewMs);
-  renew.unref();
-  let sweeping = false;
-  const sweep = setInterval(() => {
-    const owners = [...byOwner.keys()].filter((who) => who !== owner);
-    if (sweeping || owners.length === 0) return;
-    sweeping = true;
-    const askedAt = Date.now();
-    const pipeline = pub.pipeline();
-    for (const who of owners) pipeline.exists(`${alivePrefix}${who}`);
-    pipeline
-      .exec()
-      .then((results) => {
-        owners.forEach((who, i) => {
-          const [error, found] = results?.[i] ?? [new Error('no answer'), 0];
-          if (error === null) learnLiveness(who, found === 1, askedAt);
-        });
-      })
-      .catch(() => undefined)
-      .finally(() => (sweeping = false));
-  }, livenessSweepMs);
-  sweep.unref();
 
   return {
     adapter,
@@ -430,12 +356,12 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
       // reachable from the moment its client sees `connect` (decisions §5), before its
       // announcement reaches this process, so "not connected" is always asked of Redis.
       if (known !== undefined && known.connected && known.until > Date.now()) {
-        const alive = aliveKnown(known.owner);
+        const alive = liveness.known(known.owner);
         if (alive === true) return known;
         // One liveness question per process, however many of its devices are asked about.
         if (alive === undefined && known.owner !== null) {
           const who = known.owner;
-          return checkLiveness(who).then((found) => {
+          return liveness.check(who).then((found) => {
             const now = remote.get(uuid);
             if (now !== undefined && (!now.connected || now.owner !== who)) return now;
             return found ? (now ?? known) : { connected: false, claim: known.claim };
@@ -445,11 +371,11 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
       const pending = lookups.get(uuid);
       if (pending !== undefined) return pending;
       const askedAt = Date.now();
-      const lookup = (pub.eval(LOOKUP_SCRIPT, 1, deviceKey(uuid), alivePrefix) as Promise<[string, number]>)
+      const lookup = (pub.eval(LOOKUP_SCRIPT, 1, deviceKey(uuid), liveness.alivePrefix) as Promise<[string, number]>)
         .then(([found, alive]) => {
           const value = found === '' ? null : found;
           const who = ownerOf(value);
-          if (who !== null) learnLiveness(who, alive === 1 || who === owner, askedAt);
+          if (who !== null) liveness.learn(who, alive === 1 || who === owner, askedAt);
           const device = { connected: value !== null && (alive === 1 || who === owner), claim: claimOf(value), owner: who };
           remember(uuid, device, { kind: 'lookup', askedAt });
           const now = remote.get(uuid);
@@ -472,10 +398,8 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
         await Promise.race([client.quit().catch(() => undefined), new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
         client.disconnect();
       };
-      clearInterval(renew);
-      clearInterval(sweep);
       // Gone at once for the others, rather than when the key expires (the records were released already).
-      if (pub.status === 'ready') await Promise.race([pub.del(aliveKey).catch(() => undefined), new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
+      await liveness.close();
       await Promise.all([quit(pub), quit(sub)]);
     },
   };

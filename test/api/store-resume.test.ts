@@ -1,10 +1,10 @@
-import { createTokens } from '../../src/auth/tokens';
 import { createEsdbEventStore } from '../../src/infra/eventstore/esdb';
 import { api, CRM_KEY } from '../support/harness';
 import { startJongodb, type Jongodb } from '../support/jongodb';
 import { startServerProcess, TEST_SECRETS, type ServerProcess, PROCESS_TEST_TIMEOUT_MS } from '../support/server';
 import { startStack, type Stack } from '../support/stack';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
+import { eventually, ready, testTokens as tokens } from '../support/service-probes';
 
 /**
  * Distributed mode, MongoDB unreachable for a while and then back with its data (a TCP proxy
@@ -18,33 +18,6 @@ const UNAVAILABLE = { statusCode: 503, message: 'Service unavailable', error: 'S
 /** A hang guard for the service's start (under tsx), not a speed requirement: a loaded machine took over 30 s. */
 const START_TIMEOUT_MS = 90_000;
 const ADMIN_EMAIL = 'resume.admin@example.com';
-const tokens = createTokens({
-  jwtAccessSecret: TEST_SECRETS.JWT_ACCESS_SECRET,
-  jwtRefreshSecret: TEST_SECRETS.JWT_REFRESH_SECRET,
-  jwtDeviceSecret: TEST_SECRETS.JWT_DEVICE_SECRET,
-});
-
-interface Readiness {
-  readonly status: number;
-  readonly body: { status: string; checks: Record<string, { status: string }> };
-}
-
-async function ready(service: ServerProcess): Promise<Readiness> {
-  const res = await fetch(`${service.baseUrl}/api/v1/health/ready`);
-  return { status: res.status, body: (await res.json()) as Readiness['body'] };
-}
-
-/** Polls until `until` holds; the bound only ends a run that would otherwise hang. */
-async function eventually<T>(probe: () => Promise<T>, until: (value: T) => boolean, what: string, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (until(value)) return value;
-    if (Date.now() > deadline) throw new Error(`never ${what}; last: ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
-
 /** How many events the event store holds (system events aside). */
 async function countEvents(url: string): Promise<number> {
   const store = createEsdbEventStore(url);

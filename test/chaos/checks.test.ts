@@ -1,6 +1,6 @@
 import { History, type Operation } from './history';
 import { checkServerErrors } from './invariants';
-import { Possible } from './model';
+import { CLIENT_TIMEOUT, Possible } from './model';
 import { emptyWorld } from './world';
 
 /**
@@ -8,10 +8,10 @@ import { emptyWorld } from './world';
  * to hold, and which 5xx answers are violations. (The run itself is `npm run chaos`.)
  */
 
-function answered(history: History, status: number | null, startedAt = Date.now()): Operation {
+function answered(history: History, status: number | null, startedAt = Date.now(), error = 'ECONNREFUSED'): Operation {
   const op = history.begin({ worker: 0, kind: 'rename-device', entity: 'device:x', method: 'PUT', path: '/devices/x', target: ':1', summary: '' });
   op.status = status;
-  op.error = status === null ? 'ECONNREFUSED' : null;
+  op.error = status === null ? error : null;
   (op as { startedAt: number }).startedAt = startedAt;
   op.endedAt = startedAt + 5;
   return op;
@@ -29,6 +29,21 @@ describe('what an answer allows', () => {
     name.after(answered(history, 403), 'C');
     expect(name.allows('C')).toBe(false);
     expect(name.certain()).toBe('B');
+  });
+
+  test('a write the client stopped waiting for stays allowed after later successes (it may still be at work in the service)', () => {
+    const history = new History();
+    const link = new Possible<string | null>('editor');
+    link.after(answered(history, null, Date.now(), CLIENT_TIMEOUT), null);
+    link.after(answered(history, 200), 'editor');
+    expect(link.list()).toEqual(['editor', null]);
+    link.after(answered(history, 200), 'viewer');
+    expect(link.list()).toEqual(['viewer', null]);
+    // Refused connections never reached the service: they cannot land later.
+    const name = new Possible('Hub');
+    name.after(answered(history, null), 'A');
+    name.after(answered(history, 200), 'B');
+    expect(name.list()).toEqual(['B']);
   });
 });
 

@@ -6,16 +6,25 @@ import { ok } from './history';
  * definite success set is the only one allowed; a write without an answer adds its value
  * to the allowed ones (it may or may not have happened); a refusal leaves them as they were.
  * Every entity is written by one worker only, one request at a time, so "the last write"
- * is well defined.
+ * is well defined, with one exception: a request the client gave up waiting for (its
+ * timeout) may still be at work in the service, and take effect after later writes were
+ * answered, so its value stays allowed after them too. (A request that never reached the
+ * service, or whose process died, cannot land later.)
  */
 export class Possible<T> {
   private values: T[];
+  /** Values of requests the client stopped waiting for: they may still land at any time. */
+  private readonly lingering: T[] = [];
   constructor(initial: T) {
     this.values = [initial];
   }
   after(op: Operation, value: T): void {
-    if (ok(op)) this.values = [value];
-    else if (op.status === null && !this.values.includes(value)) this.values.push(value);
+    if (ok(op)) {
+      this.values = [value, ...this.lingering.filter((v) => v !== value)];
+    } else if (op.status === null) {
+      if (!this.values.includes(value)) this.values.push(value);
+      if (op.error === CLIENT_TIMEOUT && !this.lingering.includes(value)) this.lingering.push(value);
+    }
   }
   allows(value: T): boolean {
     return this.values.includes(value);
@@ -27,6 +36,9 @@ export class Possible<T> {
     return this.values;
   }
 }
+
+/** How the client records a request it stopped waiting for (AbortSignal.timeout's error name). */
+export const CLIENT_TIMEOUT = 'TimeoutError';
 
 export interface UserModel {
   readonly worker: number;

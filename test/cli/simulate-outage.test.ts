@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { createAccount, type Account } from '../support/accounts';
 import { GENEROUS_RATE_LIMITS, startTestService, type TestService } from '../support/harness';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
-import { startTcpProxy, type TcpProxy } from '../support/drop-proxy';
+import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
 import { eventually } from '../support/client-timers';
 
 /**

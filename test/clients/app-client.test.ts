@@ -8,7 +8,7 @@ import { startTestService, type TestService } from '../support/harness';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 import { signWith } from '../support/tunnel-fixture';
 import { eventually } from '../support/client-timers';
-import { startTcpProxy } from '../support/drop-proxy';
+import { startTcpProxy } from '../support/tcp-proxy';
 
 /**
  * The app client against the real service: typed REST for every operation, the session

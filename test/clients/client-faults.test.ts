@@ -8,7 +8,7 @@ import { GENEROUS_RATE_LIMITS, startTestService, type TestService } from '../sup
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 import { signWith } from '../support/tunnel-fixture';
 import { eventually } from '../support/client-timers';
-import { startTcpProxy } from '../support/drop-proxy';
+import { startTcpProxy } from '../support/tcp-proxy';
 
 /**
  * The clients when the service or the code around them misbehaves: a refresh refused under

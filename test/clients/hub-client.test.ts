@@ -6,7 +6,7 @@ import { api, createUser, GENEROUS_RATE_LIMITS, startTestService, type TestServi
 import { connect, deleteHub, deviceToken, registerHub, request, type Hub, type Probe } from '../support/tunnel';
 import { signWith } from '../support/tunnel-fixture';
 import { eventually, ScaledTimers, sequence } from '../support/client-timers';
-import { startTcpProxy, type TcpProxy } from '../support/drop-proxy';
+import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
 
 /**
  * The hub client against the real service: every rule of the protocol it follows by

@@ -5,11 +5,12 @@
 import { mkdtemp, open, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CorruptEventLogError, EventStoreUnavailableError, openEmbeddedEventStore, type EmbeddedEventStore, type EmbeddedEventStoreOptions } from '../../src/infra/eventstore/embedded';
+import { CorruptEventLogError, EventStoreUnavailableError, openEmbeddedEventStore, type EmbeddedEventStore, type EmbeddedEventStoreOptions, type TornTail } from '../../src/infra/eventstore/embedded';
 import { newEvent, readAll } from '../contract/eventstore.contract';
 import { Rng } from '../sim/rng';
 import type { OpenMode, StoreFile } from '../../src/infra/eventstore/embedded/io';
 import { NO_FAULTS, SimFs, SimIoError } from '../sim/sim-fs';
+import { loadSegmentIndex } from '../../src/infra/eventstore/embedded/segment-index-file';
 
 const DIR = '/sim/data';
 
@@ -89,6 +90,31 @@ describe('embedded log under faults', () => {
     await reopened.close();
   });
 
+  it('opens read-only on a full disk found at open (nothing to repair), says so at once, serves reads, and resumes once space is back', async () => {
+    const fs = new SimFs(new Rng(13));
+    const store = await simStore(fs);
+    await store.append('device-1', [newEvent('First')], 'no_stream');
+    await store.close();
+    fs.processExit();
+    fs.faults = { ...NO_FAULTS, diskFull: true };
+    const messages: string[] = [];
+
+    const reopened = await simStore(fs, { log: (message) => messages.push(message) });
+
+    expect(messages.filter((message) => message.includes('opened read-only'))).toEqual([
+      "Event log: opened read-only (ENOSPC: simulated fault, write '/sim/data/events.log'); reads are served, appends are refused until a write succeeds",
+    ]);
+    await expect(reopened.headPosition()).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    expect(await types(reopened, 'device-1')).toEqual(['First']);
+    await expect(reopened.append('device-1', [newEvent('Refused')], 0n)).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    fs.faults = { ...NO_FAULTS };
+    expect(await reopened.headPosition()).not.toBeNull();
+    await reopened.append('device-1', [newEvent('Second')], 0n);
+    expect(await types(reopened, 'device-1')).toEqual(['First', 'Second']);
+    expect(messages).toContain('Event log: writes work again; appends resume');
+    await reopened.close();
+  });
+
   it('removes the temporary file of a compaction that failed', async () => {
     const fs = new SimFs(new Rng(4));
     let now = Date.UTC(2030, 0, 1);
@@ -145,6 +171,94 @@ describe('embedded log under faults', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('embedded log: the record of a clean close', () => {
+  /** Ten renames of one device, the log left as `stop` leaves it, then a bit flipped in the last record. */
+  async function lastRecordDamaged(seed: number, stop: (store: EmbeddedEventStore, fs: SimFs) => Promise<void>): Promise<{ fs: SimFs; offset: number }> {
+    const fs = new SimFs(new Rng(seed));
+    const store = await simStore(fs);
+    for (let i = 1; i <= 10; i++) await store.append('device-1', [newEvent('Renamed', { name: `Name ${i}` })], 'any');
+    const last = (await readAll(store.readStream('device-1'))).at(-1);
+    await stop(store, fs);
+    const offset = Number(last?.position.commit) + 30;
+    fs.flipBit(`${DIR}/events.log`, offset, 4);
+    return { fs, offset: Number(last?.position.commit) };
+  }
+
+  it('refuses damage in the last acknowledged record after a clean close, also without the index checkpoint', async () => {
+    const { fs, offset } = await lastRecordDamaged(11, async (store, sim) => {
+      await store.close();
+      sim.processExit();
+      // A clean stop on a full disk may not have written it.
+      await sim.unlink(`${DIR}/events.log.idx`);
+    });
+    const tornTails: TornTail[] = [];
+
+    const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+
+    await expect(reopening).rejects.toBeInstanceOf(CorruptEventLogError);
+    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${offset}: checksum mismatch in acknowledged data (a clean close or an index checkpoint vouches for it)`);
+    expect(tornTails).toEqual([]);
+  });
+
+  it('cuts a damaged last record after a crash (no clean close) as a torn tail, as an append never acknowledged', async () => {
+    // As kill -9: the store is never closed.
+    const { fs, offset } = await lastRecordDamaged(12, async (_store, sim) => sim.processExit());
+    const tornTails: TornTail[] = [];
+
+    const reopened = await simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+
+    expect(tornTails.map((tail) => tail.offset)).toEqual([offset]);
+    expect((await readAll(reopened.readStream('device-1'))).map((event) => (event.data as { name: string }).name).at(-1)).toBe('Name 9');
+    await reopened.close();
+  });
+});
+
+describe('embedded log: index checkpoints of the active segment while it runs', () => {
+  /** Resolves once the active segment's checkpoint covers the whole of it, as its last commit left it. */
+  async function checkpointCoversAll(fs: SimFs): Promise<void> {
+    const size = fs.fileBytes(`${DIR}/events.log`).length;
+    for (let turn = 0; turn < 1000; turn++) {
+      const loaded = await loadSegmentIndex(`${DIR}/events.log`, { base: 0, generation: 0 }, size, fs);
+      if ('table' in loaded && loaded.table.coveredSize === size) return;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    throw new Error('the checkpoint never covered the segment');
+  }
+
+  it('after a crash, opens from the last checkpoint written while running (no scan of what it covers)', async () => {
+    const fs = new SimFs(new Rng(14));
+    const store = await simStore(fs, { checkpointBytes: 1 });
+    for (let i = 1; i <= 20; i++) await store.append('device-1', [newEvent('Renamed', { name: `Name ${i}` })], 'any');
+    await checkpointCoversAll(fs);
+    fs.processExit();
+    const messages: string[] = [];
+
+    const reopened = await simStore(fs, { log: (message) => messages.push(message) });
+
+    expect(messages).toEqual([]);
+    expect((await readAll(reopened.readStream('device-1'))).map((event) => (event.data as { name: string }).name)).toEqual(
+      Array.from({ length: 20 }, (_, i) => `Name ${i + 1}`),
+    );
+    await reopened.close();
+  });
+
+  it('after a crash, refuses damage in the last record when a checkpoint covers it (acknowledged), instead of cutting it', async () => {
+    const fs = new SimFs(new Rng(15));
+    const store = await simStore(fs, { checkpointBytes: 1 });
+    for (let i = 1; i <= 10; i++) await store.append('device-1', [newEvent('Renamed', { name: `Name ${i}` })], 'any');
+    const last = Number((await readAll(store.readStream('device-1'))).at(-1)?.position.commit);
+    await checkpointCoversAll(fs);
+    fs.processExit();
+    fs.flipBit(`${DIR}/events.log`, last + 30, 4);
+    const tornTails: TornTail[] = [];
+
+    const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+
+    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${last}: checksum mismatch in acknowledged data`);
+    expect(tornTails).toEqual([]);
   });
 });
 

@@ -16,6 +16,7 @@ import {
   type TornTail,
 } from '../../src/infra/eventstore/embedded';
 import { WrongExpectedRevisionError, comparePositions, type EventStore, type RecordedEvent } from '../../src/infra/eventstore/port';
+import { CLOSE_RECORD_SIZE } from '../../src/infra/eventstore/embedded/record-format';
 import { newEvent, readAll, takeUntil, withTimeout } from '../contract/eventstore.contract';
 
 const PROJECT_ROOT = resolve(__dirname, '..', '..');
@@ -53,6 +54,13 @@ describe('embedded event log', () => {
   }
 
   const logFile = (dir: string): string => join(dir, EVENT_LOG_FILE_NAME);
+  /** A cleanly closed log as a crash would have left it: without the record of its clean close. */
+  const asAfterACrash = async (dir: string): Promise<void> => {
+    const size = (await stat(logFile(dir))).size;
+    const closeRecord = (await readFile(logFile(dir))).subarray(size - CLOSE_RECORD_SIZE);
+    expect(closeRecord.readUInt32LE(0)).toBe(CLOSE_RECORD_SIZE - 8);
+    await truncate(logFile(dir), size - CLOSE_RECORD_SIZE);
+  };
   const typesOf = async (store: EventStore, stream: string): Promise<string[]> =>
     (await readAll(store.readStream(stream))).map((event) => event.type);
   const offsetOf = (event: RecordedEvent | undefined): number => {
@@ -172,6 +180,7 @@ describe('embedded event log', () => {
       for (let i = 0; i < 5; i++) await store.append('s', [newEvent(`E${i}`)], i === 0 ? 'no_stream' : BigInt(i - 1));
       const events = await readAll(store.readStream('s'));
       await store.close();
+      await asAfterACrash(dir);
       return events;
     }
 
@@ -281,8 +290,9 @@ describe('embedded event log', () => {
       expect(commits.map((commit) => commit.appends)).toEqual([1, 40]);
       const hole = offsetOf((await readAll(store.readStream('burst-25')))[0]);
       await store.close();
-      // As after a crash: no checkpoint of a clean close vouches for the last write.
+      // As after a crash: no checkpoint or record of a clean close vouches for the last write.
       await rm(`${logFile(dir)}.idx`);
+      await asAfterACrash(dir);
       const handle = await open(logFile(dir), 'r+');
       await handle.write(Buffer.alloc(100), 0, 100, hole);
       await handle.close();

@@ -3,6 +3,7 @@ import type { EventStore, GlobalPosition, NewEvent, RecordedEvent } from '../../
 import { comparePositions, formatPosition, parsePosition } from '../../src/infra/eventstore/port';
 import type { ReadStore } from '../../src/infra/readstore/port';
 import { startProjector, CHECKPOINT_NAME } from '../../src/projections/projector';
+import { stallOf } from '../../src/runtime/projector';
 import { documentProjection, type Projection } from '../../src/projections/projection';
 import { openEventStore, openReadStore, unique, type EventStoreKind, type ReadStoreKind } from '../support/adapters';
 import { counted, newCalls } from '../support/counting-store';
@@ -230,6 +231,44 @@ test('events keep their log order inside and across batches', async () => {
     await projector.stop();
     expect(seen.map((e) => (e.data as { value: number }).value)).toEqual(Array.from({ length: 30 }, (_, i) => i));
   } finally {
+    await rs.cleanup();
+    await es.cleanup();
+  }
+});
+
+/** A store that stops answering (a silent network cut) shows as a call pending since then, and a stall once past a bound. */
+test('a write the read store does not answer shows as pending since it began, and as a stall past the bound', async () => {
+  const es = await openEventStore('embedded');
+  const rs = await openReadStore('memory');
+  let release: () => void = () => undefined;
+  const cut = new Promise<void>((resolve) => (release = resolve));
+  let hanging = false;
+  const stallAbort = new AbortController();
+  try {
+    const inner = rs.value;
+    const hangingStore = counted(inner, newCalls(), undefined, () => (hanging ? cut : Promise.resolve()));
+    const projector = await startProjector(es.value, hangingStore, [batchTally('stall', 's-')]);
+    await projector.caughtUp;
+    expect(projector.progress().pendingSince).toBeNull();
+    let stalledAt: number | null = null;
+    void stallOf(() => projector.progress().pendingSince, 200, stallAbort.signal).then(() => (stalledAt = Date.now()));
+
+    hanging = true;
+    const before = Date.now();
+    await es.value.append('s-1', [added(1)], 'any');
+    await waitUntil(async () => projector.progress().pendingSince !== null);
+    const since = projector.progress().pendingSince ?? 0;
+    expect(since).toBeGreaterThanOrEqual(before);
+    await waitUntil(async () => stalledAt !== null);
+    expect((stalledAt ?? 0) - since).toBeGreaterThanOrEqual(200);
+
+    release();
+    await waitUntil(async () => (await inner.collection<TallyDoc>('stall').get('s-1'))?.values.length === 1);
+    await waitUntil(async () => projector.progress().pendingSince === null);
+    await projector.stop();
+  } finally {
+    stallAbort.abort();
+    release();
     await rs.cleanup();
     await es.cleanup();
   }

@@ -173,6 +173,8 @@ class World {
       now: () => this.clock,
       reclaimIntervalMs: 0,
       segmentBytes: 3000,
+      // Several checkpoints of the active segment per segment, so crash opens start from them.
+      checkpointBytes: 700,
       log: () => undefined,
       onTornTail: () => undefined,
     });
@@ -641,19 +643,27 @@ class World {
     this.note(`fault: ${kind} for ${this.faultOpsLeft} ops`);
   }
 
-  /** Damage to sealed data: reads and a reopen must refuse it (naming file and byte) or not need it; then it is repaired. */
+  /**
+   * Damage to acknowledged data: in a sealed segment or checkpoint, or in the active segment
+   * followed by a clean stop (sometimes without the active segment's checkpoint, as a full
+   * disk at close may leave it). Reads and a reopen must refuse it (naming file and byte) or
+   * not need it, never drop it as a torn tail; then it is repaired.
+   */
   private async bitflip(): Promise<void> {
     const files = this.fs.list(DIRECTORY).filter((file) => file.name.endsWith('.log') || file.name.endsWith('.log.idx'));
     const baseOf = (name: string): number => (name === 'events.log' ? 0 : Number(/events-(\d+)\.log/.exec(name)?.[1] ?? -1));
     const segments = files.filter((file) => file.name.endsWith('.log')).sort((a, b) => baseOf(a.name) - baseOf(b.name));
     const active = segments[segments.length - 1]?.name;
-    const sealed = files.filter((file) => file.size > 16 && file.name !== active);
-    if (sealed.length === 0) return;
-    const target = this.rng.pick(sealed);
+    const damaged = files.filter((file) => file.size > 16);
+    if (damaged.length === 0) return;
+    // The active segment one time in four (among dozens of files it would seldom be picked).
+    const activeFile = damaged.find((file) => file.name === active);
+    const target = activeFile !== undefined && this.rng.chance(0.25) ? activeFile : this.rng.pick(damaged);
     const offset = 16 + this.rng.int(target.size - 16);
     const bit = this.rng.int(8);
     const undo = this.fs.flipBit(`${DIRECTORY}/${target.name}`, offset, bit);
-    this.note(`bit flip in ${target.name} at byte ${offset} bit ${bit}`);
+    const withoutCheckpoint = target.name === active && this.rng.chance(0.5);
+    this.note(`bit flip in ${target.name} at byte ${offset} bit ${bit}${withoutCheckpoint ? ', its checkpoint lost at the stop' : ''}`);
     this.heal();
     // The running store: reads of the damaged records fail, naming the place.
     for (const stream of this.model.keys()) await this.readCheck(stream, true);
@@ -662,6 +672,7 @@ class World {
     await this.live.close().catch(() => undefined);
     this.store = null;
     this.fs.processExit();
+    if (withoutCheckpoint) await this.fs.unlink(`${DIRECTORY}/${target.name}.idx`);
     try {
       await this.open();
       this.note('reopened with the damage');

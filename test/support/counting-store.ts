@@ -3,7 +3,8 @@ import type { DocChange, ReadCollection, ReadDoc, ReadStore } from '../../src/in
 /**
  * A read store as it is, counting the calls a batched projector makes (getMany, writeMany,
  * checkpoints); `failWrite` may make a writeMany throw after writing part of its changes,
- * as a crash in the middle of a batch would.
+ * as a crash in the middle of a batch would; `beforeWrite` is awaited before each writeMany
+ * (a store that stops answering).
  */
 export interface Calls {
   getMany: number;
@@ -13,7 +14,12 @@ export interface Calls {
   readonly batches: number[];
 }
 
-export function counted(inner: ReadStore, calls: Calls, failWrite?: (collection: string, changes: ReadonlyArray<DocChange<ReadDoc>>) => number | null): ReadStore {
+export function counted(
+  inner: ReadStore,
+  calls: Calls,
+  failWrite?: (collection: string, changes: ReadonlyArray<DocChange<ReadDoc>>) => number | null,
+  beforeWrite?: () => Promise<void>,
+): ReadStore {
   return {
     collection: <T extends ReadDoc>(name: string): ReadCollection<T> => {
       const c = inner.collection<T>(name);
@@ -34,6 +40,7 @@ export function counted(inner: ReadStore, calls: Calls, failWrite?: (collection:
         writeMany: async (changes) => {
           calls.writeMany++;
           calls.batches.push(changes.length);
+          await beforeWrite?.();
           const cut = failWrite?.(name, changes as ReadonlyArray<DocChange<ReadDoc>>) ?? null;
           if (cut === null) return c.writeMany(changes);
           await c.writeMany(changes.slice(0, cut));

@@ -2,8 +2,11 @@ import { createServer, createConnection, type Server, type Socket } from 'node:n
 import type { AddressInfo } from 'node:net';
 
 /**
- * A TCP proxy on 127.0.0.1 in front of a server (Redis, MongoDB, the EventStoreDB stand-in),
- * for outages of one client process while the server keeps its data:
+ * A TCP proxy on 127.0.0.1 in front of a server (Redis, MongoDB, the EventStoreDB stand-in,
+ * the service itself), for outages of one client while the server keeps going:
+ * - `drop()`: every open connection destroyed at once (a network drop); the proxy keeps
+ *   listening; `setDown(true)`: new connections are accepted and closed at once (a service
+ *   that is down) until `setDown(false)`;
  * - `cut()`: every connection dropped and new ones refused (the port is closed);
  *   `resume()` listens on the same port again;
  * - `blackhole()`: traffic stops in both directions, silently, and connections stay open, as
@@ -16,8 +19,14 @@ import type { AddressInfo } from 'node:net';
  */
 export interface TcpProxy {
   readonly port: number;
+  /** `http://127.0.0.1:<port>`: for a proxy in front of an HTTP server. */
+  readonly baseUrl: string;
   /** The upstream URL with the proxy's port instead. */
   readonly url: (upstreamUrl: string) => string;
+  /** Destroys every open connection; new ones are still accepted. */
+  drop(): void;
+  /** While down, new connections are closed as soon as they are accepted. */
+  setDown(down: boolean): void;
   cut(): Promise<void>;
   resume(): Promise<void>;
   blackhole(): void;
@@ -33,8 +42,13 @@ interface Link {
   readonly upstream: Socket;
 }
 
-export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.0.1'): Promise<TcpProxy> {
+/** In front of `upstream`: a port (on `upstreamHost`), or a URL such as a service's base URL. */
+export async function startTcpProxy(upstream: number | string, upstreamHost = '127.0.0.1'): Promise<TcpProxy> {
+  const target = typeof upstream === 'string' ? new URL(upstream) : { port: String(upstream), hostname: upstreamHost };
+  const upstreamPort = Number(target.port);
+  const host = target.hostname;
   let mode: 'pass' | 'blackhole' | 'delay' = 'pass';
+  let down = false;
   let delayMs = 0;
   const links = new Set<Link>();
 
@@ -70,7 +84,11 @@ export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.
   };
 
   const onConnection = (client: Socket): void => {
-    const upstream = createConnection({ port: upstreamPort, host: upstreamHost });
+    if (down) {
+      client.destroy();
+      return;
+    }
+    const upstream = createConnection({ port: upstreamPort, host });
     const link: Link = { client, upstream };
     links.add(link);
     const drop = (): void => {
@@ -109,18 +127,26 @@ export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.
       act(link.upstream);
     }
   };
+  const drop = (): void => {
+    forEachSocket((socket) => socket.destroy());
+    links.clear();
+  };
   const cut = async (): Promise<void> => {
     const closing = server === null ? Promise.resolve() : closeServer(server);
     server = null;
-    forEachSocket((socket) => socket.destroy());
-    links.clear();
+    drop();
     await closing;
   };
 
   return {
     port,
+    baseUrl: `http://127.0.0.1:${port}`,
     url: (upstreamUrl) => upstreamUrl.replace(`:${upstreamPort}`, `:${port}`),
     mode: () => mode,
+    drop,
+    setDown(value) {
+      down = value;
+    },
     cut,
     async resume() {
       if (server !== null) return;
@@ -142,8 +168,7 @@ export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.
       mode = 'pass';
       delayMs = 0;
       if (options.reset === true) {
-        forEachSocket((socket) => socket.destroy());
-        links.clear();
+        drop();
       } else if (was === 'blackhole') {
         forEachSocket((socket) => socket.resume());
       }

@@ -6,7 +6,8 @@
  *                                   their first byte); events.log is the first, and the
  *                                   whole log of versions before segments
  *   <segment>.idx                   index checkpoint of a segment (a cache; the active
- *                                   segment's is written at close)
+ *                                   segment's is written every `checkpointBytes` of
+ *                                   growth and at close)
  *   <segment>.compact               a compaction in progress (removed at open)
  *   events.lock                     held by the process that has the store open
  *
@@ -19,9 +20,14 @@
  * written and never changes, also when compaction moves the record: positions grow, with
  * gaps. Formats: record-format.ts (records, headers), value-codec.ts (payloads).
  *
+ * A clean close ends the active segment with a close record (record-format.ts): damage in
+ * what it vouches for is refused at open, never cut as a torn tail. Open probes with a
+ * small write whether the disk takes writes; if not, the store opens read-only
+ * (write-availability.ts).
+ *
  * Open reads each sealed segment's index checkpoint instead of the segment, and of the
- * active segment (at most `segmentBytes`, 8 MiB) only what its checkpoint from close does
- * not cover (all of it after a crash), so its cost does not grow with the history: 5
+ * active segment (at most `segmentBytes`, 8 MiB) only what its latest checkpoint (at most
+ * `checkpointBytes` behind, also after a crash) does not cover, so its cost does not grow with the history: 5
  * million events open in about 0.4 s (`npm run bench:embedded-open`). A log of earlier
  * versions (one events.log of any length) is scanned once, then sealed at the first
  * append. Sealed segments open their file only when read, at most 64 at a time.
@@ -80,7 +86,7 @@ export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedE
     const pool = new HandlePool(resolved.io);
     const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes, io: resolved.io });
     opened = new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
-    if (log.readOnly !== null) opened.openedReadOnly(log.readOnly);
+    await opened.checkWritableAtOpen(log.readOnly);
     return opened;
   } catch (error) {
     await releaseLock();

@@ -19,6 +19,11 @@ export interface EmbeddedEventStoreOptions {
   readonly log?: (message: string) => void;
   /** A segment is sealed once it would grow past this many bytes (default 8 MiB). */
   readonly segmentBytes?: number;
+  /**
+   * The active segment's index checkpoint is written each time it grew by this many bytes
+   * (default 1 MiB), so an open after a crash scans only what follows the last one.
+   */
+  readonly checkpointBytes?: number;
   /** How often expired heartbeats are reclaimed (default hourly, and once right after open); 0: only by reclaimExpired(). */
   readonly reclaimIntervalMs?: number;
   /** Called after each step of a compaction (tests simulate crashes there). */
@@ -38,12 +43,14 @@ export interface ResolvedOptions {
   readonly onGroupCommit: ((commit: GroupCommit) => void) | undefined;
   readonly log: (message: string) => void;
   readonly segmentBytes: number;
+  readonly checkpointBytes: number;
   readonly reclaimIntervalMs: number;
   readonly compactionHook: CompactionHook;
   readonly io: StoreIo;
 }
 
 export const DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024;
+export const DEFAULT_CHECKPOINT_BYTES = 1024 * 1024;
 export const DEFAULT_RECLAIM_INTERVAL_MS = 60 * 60 * 1000;
 
 export function resolveOptions(options: EmbeddedEventStoreOptions): ResolvedOptions {
@@ -52,6 +59,7 @@ export function resolveOptions(options: EmbeddedEventStoreOptions): ResolvedOpti
     onGroupCommit: options.onGroupCommit,
     log: options.log ?? ((message) => console.warn(message)),
     segmentBytes: options.segmentBytes ?? DEFAULT_SEGMENT_BYTES,
+    checkpointBytes: options.checkpointBytes ?? DEFAULT_CHECKPOINT_BYTES,
     reclaimIntervalMs: options.reclaimIntervalMs ?? DEFAULT_RECLAIM_INTERVAL_MS,
     compactionHook: options.compactionHook ?? (() => undefined),
     io: options.io ?? nodeIo,

@@ -105,7 +105,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
 
   /** Another process holds the lock on the file `events.lock` names now (see lock.ts): no more writes from this one. */
   stopWritingAfterLockLost(error: Error): void {
-    this.lockLost ??= error;
+    this.writes.stopAfterLockLost(error);
   }
 
   /** Reclaims expired heartbeats from disk now (runs one at a time with the timer's runs). */
@@ -141,15 +141,15 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
   }
 
   private async rewriteOnce(streams: readonly string[], rewrite: RecordRewrite): Promise<RewriteResult> {
-    if (this.failure !== null) await this.resumeWrites();
+    await this.writes.untilWritable();
     if ((await this.segmentsToRewrite(streams, rewrite)).includes(this.active())) await this.sealActiveSegment();
     let segmentsRewritten = 0;
     let eventsRewritten = 0;
     for (const segment of await this.segmentsToRewrite(streams, rewrite)) {
       // Nothing appended after the seal above needs it (this release seals what it writes).
       if (segment === this.active()) continue;
-      if (this.failure !== null) await this.resumeWrites();
-      this.assertWritable();
+      await this.writes.untilWritable();
+      this.writes.assertWritable();
       const compacted = await compactSegment(segment, new Map(), this.options.compactionHook, this.options.io, rewrite);
       if (compacted === null) continue;
       await this.swapIn(segment, compacted);
@@ -201,8 +201,8 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     for (const { segment, rules: segmentRules } of candidates) {
       if (this.stopping) break;
       // A compaction writes: after a failed write it first needs writes to work again.
-      if (this.failure !== null) await this.resumeWrites();
-      this.assertWritable();
+      await this.writes.untilWritable();
+      this.writes.assertWritable();
       const compacted = await compactSegment(segment, segmentRules, this.options.compactionHook, this.options.io);
       if (compacted === null) continue;
       await this.swapIn(segment, compacted);

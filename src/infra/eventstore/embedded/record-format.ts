@@ -21,6 +21,16 @@
  * actor.id | requestId | u8 extras, then causationId if extras & 1, correlationId if
  * extras & 2 (each only when it differs from requestId, see stored-metadata.ts). The
  * stream name is a string value, or for `<prefix><uuid>` names the prefix and 16 bytes.
+ *
+ * Close record (the last bytes of the active segment after a clean close, fsynced; cut again
+ * before the next append, so it never sits in the middle of a log):
+ *
+ *   u32 bodyLength (20) | u32 crc32(body) | body = u8 0xe9 | u8 version (1) |
+ *   u48 its own file offset | u32 CRC-32 of the file's bytes before it | "HHEVEND\x01"
+ *
+ * It vouches that everything before it was acknowledged: open refuses damage there instead
+ * of cutting it as a torn tail. A log without one (a crash, or a version before it) opens
+ * as before. Versions before it see an unknown marker at the end: a torn tail they cut.
  */
 import type { EventMetadata } from '../../../domain/messages';
 import type { NewEvent } from '../port';
@@ -39,6 +49,12 @@ export const MAX_BODY_SIZE = 16 * 1024 * 1024;
 
 const JSON_MARKER = 0xe7;
 const COMPACT_MARKER = 0xe8;
+const CLOSE_MARKER = 0xe9;
+const CLOSE_VERSION = 1;
+const CLOSE_MAGIC = Buffer.from('HHEVEND\x01', 'latin1');
+const CLOSE_BODY_SIZE = 20;
+/** Bytes of a close record. */
+export const CLOSE_RECORD_SIZE = RECORD_PREFIX_SIZE + CLOSE_BODY_SIZE;
 const JSON_FIXED_SIZE = 20;
 const COMPACT_FIXED_SIZE = 16;
 const MIN_BODY_SIZE = COMPACT_FIXED_SIZE + 3;
@@ -272,4 +288,32 @@ function decodeJsonPayload(record: RawRecord): StoredEvent {
     throw new Error(`Event at position ${record.position} has a malformed payload`);
   }
   return { id: candidate.id, type: candidate.type, data: candidate.data, metadata: restoreMetadata(candidate.metadata) };
+}
+
+/** What a close record vouches for: the bytes of the file before `offset`, whose CRC-32 is `crc`. */
+export interface CloseRecord {
+  readonly offset: number;
+  readonly crc: number;
+}
+
+export function encodeCloseRecord(close: CloseRecord): Buffer {
+  const bytes = Buffer.alloc(CLOSE_RECORD_SIZE);
+  bytes.writeUInt32LE(CLOSE_BODY_SIZE, 0);
+  const body = bytes.subarray(RECORD_PREFIX_SIZE);
+  body[0] = CLOSE_MARKER;
+  body[1] = CLOSE_VERSION;
+  body.writeUIntLE(close.offset, 2, 6);
+  body.writeUInt32LE(close.crc, 8);
+  CLOSE_MAGIC.copy(body, 12);
+  bytes.writeUInt32LE(crc32(body), 4);
+  return bytes;
+}
+
+/** The close record in `bytes` (the last CLOSE_RECORD_SIZE bytes of a file, read at `offset`), or null. */
+export function decodeCloseRecord(bytes: Buffer, offset: number): CloseRecord | null {
+  if (bytes.length !== CLOSE_RECORD_SIZE || bytes.readUInt32LE(0) !== CLOSE_BODY_SIZE) return null;
+  const body = bytes.subarray(RECORD_PREFIX_SIZE);
+  if (body[0] !== CLOSE_MARKER || body[1] !== CLOSE_VERSION || !body.subarray(12).equals(CLOSE_MAGIC)) return null;
+  if (crc32(body) !== bytes.readUInt32LE(4) || body.readUIntLE(2, 6) !== offset) return null;
+  return { offset, crc: body.readUInt32LE(8) };
 }

@@ -4,12 +4,14 @@
  *
  * Sealed segments come from their index checkpoints (a missing or unusable one means a
  * scan of that segment, said on stderr, and a new checkpoint). The active segment (at
- * most a few MiB) comes from the checkpoint written at close if the bytes it covers still
- * have its CRC-32, and only what follows is scanned; otherwise (after a crash, or any
- * change) all of it is scanned. That is where a crash leaves a torn tail to drop, and where
- * damage to acknowledged data is caught before anything is appended after it. Left
- * over temporary files of an interrupted compaction are removed: until its rename, the
- * original segment is intact.
+ * most a few MiB) comes from its latest checkpoint (written every `checkpointBytes` while
+ * running and at close) if the bytes it covers still have its CRC-32, and only what follows
+ * is scanned; otherwise all of it is. That is where a crash leaves a torn tail to drop, and
+ * where damage to acknowledged data is caught before anything is appended after it: bytes
+ * a checkpoint whose CRC no longer matches covers, and bytes before the record of a clean
+ * close (record-format.ts), were acknowledged, so damage there is refused, never cut as a
+ * torn tail. Left over temporary files of an interrupted compaction are removed: until its
+ * rename, the original segment is intact.
  */
 import * as path from 'node:path';
 import { crc32 } from './crc32';
@@ -17,7 +19,7 @@ import { CorruptEventLogError } from './errors';
 import { errorCode, errorMessage, readFully, writeFully } from './files';
 import type { StoreFile, StoreIo } from './io';
 import { LogIndex } from './log-index';
-import { decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type SegmentHeader } from './record-format';
+import { CLOSE_RECORD_SIZE, decodeCloseRecord, decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type CloseRecord, type SegmentHeader } from './record-format';
 import { locatorOf, Segment, segmentBaseOfName, segmentFileName, type HandlePool } from './segment';
 import { loadSegmentIndex, writeSegmentIndex } from './segment-index-file';
 import { scanSegment } from './segment-scan';
@@ -88,7 +90,7 @@ async function readHeader(handle: StoreFile, file: string, base: number, active:
     if (!active || !existing.equals(fresh.subarray(0, size))) throw new CorruptEventLogError(file, 0, 'not an event log');
     // Only the creation of the file was interrupted. If it cannot be finished now (a full
     // disk), the segment is empty anyway: the log opens read-only, and the first append
-    // that can write finishes it (store.ts, resumeWrites).
+    // that can write finishes it (write-availability.ts, resume).
     try {
       await handle.truncate(0);
       await writeFully(handle, fresh, 0);
@@ -119,6 +121,16 @@ async function sealedTable(io: StoreIo, handle: StoreFile, file: string, header:
   return table;
 }
 
+/**
+ * A sealed segment ends at its close record if it has one: a segment closed cleanly and
+ * followed by another without being opened as the active one in between (not something the
+ * store does: opening cuts it, sealing truncates), read as it stands rather than refused.
+ */
+async function sealedSegmentTable(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
+  const end = (await readCloseRecord(handle, size))?.offset ?? size;
+  return { table: await sealedTable(options.io, handle, file, header, end, options.log), size: end };
+}
+
 /** CRC-32 of the file's bytes in [from, to), continuing `previous`. */
 async function crcOfFile(handle: StoreFile, from: number, to: number, previous: number): Promise<number> {
   let crc = previous;
@@ -127,7 +139,7 @@ async function crcOfFile(handle: StoreFile, from: number, to: number, previous: 
 }
 
 /**
- * The active segment's checkpoint (written at close) is trusted only if the bytes it covers
+ * The active segment's checkpoint (written while running and at close) is trusted only if the bytes it covers
  * still have its CRC: one native checksum pass instead of decoding every record, and any
  * change to acknowledged data still leads to the full scan that finds it.
  */
@@ -145,8 +157,8 @@ async function verifiedActiveCheckpoint(
   let vouchedEnd = 0;
   if ('table' in loaded && loaded.table.coveredCrc !== null) {
     if ((await crcOfFile(handle, 0, loaded.table.coveredSize, 0)) === loaded.table.coveredCrc) return { table: loaded.table, vouchedEnd: 0 };
-    // An intact checkpoint of a clean close covers these bytes: they were acknowledged, so
-    // damage in them is refused by the scan, not cut off as a torn tail.
+    // An intact checkpoint covers these bytes: they were acknowledged, so damage in them is
+    // refused by the scan, not cut off as a torn tail.
     vouchedEnd = loaded.table.coveredSize;
   } else if ('table' in loaded) {
     problem = 'it has no checksum of the segment';
@@ -155,16 +167,33 @@ async function verifiedActiveCheckpoint(
   return { table: null, vouchedEnd };
 }
 
+/** The close record a clean close left at the end of the active segment, or null (a crash, or a version before it). */
+async function readCloseRecord(handle: StoreFile, size: number): Promise<CloseRecord | null> {
+  if (size < SEGMENT_HEADER_SIZE + CLOSE_RECORD_SIZE) return null;
+  const offset = size - CLOSE_RECORD_SIZE;
+  return decodeCloseRecord(await readFully(handle, offset, CLOSE_RECORD_SIZE), offset);
+}
+
 async function activeTable(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions, repairs: Repairs): Promise<{ table: SegmentTable; size: number }> {
   if (size < SEGMENT_HEADER_SIZE) return { table: new SegmentTable(header.base, SEGMENT_HEADER_SIZE), size };
-  const verified = await verifiedActiveCheckpoint(options.io, handle, file, header, size, options.log);
+  // After a clean close, everything before its close record was acknowledged: damage there
+  // is refused, never cut as a torn tail, with or without the index checkpoint.
+  const closed = await readCloseRecord(handle, size);
+  const logEnd = closed?.offset ?? size;
+  const verified = await verifiedActiveCheckpoint(options.io, handle, file, header, logEnd, options.log);
   const checkpoint = verified.table;
   const table = checkpoint ?? new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   const from = table.coveredSize;
-  const target = { file, base: header.base, readAt: (o: number, l: number) => readFully(handle, o, l), fileSize: size, sealed: false, vouchedEnd: verified.vouchedEnd };
+  const vouchedEnd = Math.max(verified.vouchedEnd, closed?.offset ?? 0);
+  const target = { file, base: header.base, readAt: (o: number, l: number) => readFully(handle, o, l), fileSize: logEnd, sealed: false, vouchedEnd };
   const { end } = await scanSegment(target, table);
+  table.coveredCrc = await crcOfFile(handle, checkpoint === null ? 0 : from, end, checkpoint?.coveredCrc ?? 0);
+  if (closed !== null && table.coveredCrc !== closed.crc) {
+    throw new CorruptEventLogError(file, closed.offset, 'the bytes before the record of its last clean close do not have the checksum it recorded');
+  }
+  if (end < logEnd) options.onTornTail({ offset: end, droppedBytes: size - end });
   if (end < size) {
-    options.onTornTail({ offset: end, droppedBytes: size - end });
+    // A torn tail, or the close record: the next append goes where it starts.
     try {
       await handle.truncate(end);
     } catch (error) {
@@ -176,7 +205,6 @@ async function activeTable(handle: StoreFile, file: string, header: SegmentHeade
   // fsync failed but whose bytes are still in the page cache must not be served now and
   // lost at the next power cut. If that cannot be done, the open fails (and is retried).
   await handle.datasync();
-  table.coveredCrc = await crcOfFile(handle, checkpoint === null ? 0 : from, end, checkpoint?.coveredCrc ?? 0);
   return { table, size: end };
 }
 
@@ -192,7 +220,7 @@ async function openSegment(directory: string, base: number, active: boolean, opt
   let keepOpen = false;
   try {
     const { header, size } = await readHeader(handle, file, base, active, repairs);
-    const opened = active ? await activeTable(handle, file, header, size, options, repairs) : { table: await sealedTable(options.io, handle, file, header, size, options.log), size };
+    const opened = active ? await activeTable(handle, file, header, size, options, repairs) : await sealedSegmentTable(handle, file, header, size, options);
     const { table } = opened;
     const locator = header.generation > 0 ? locatorOf(table) : null;
     const segment = new Segment(directory, base, header.generation, active ? handle : null, opened.size, locator, options.pool);

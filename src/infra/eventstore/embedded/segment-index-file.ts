@@ -1,8 +1,9 @@
 /**
  * Index checkpoints: next to each segment `X`, a file `X.idx` holds its SegmentTable, so
  * that opening the store reads a few compact columns instead of decoding every record.
- * Written when a segment is sealed or compacted and, for the active segment, at close
- * (with the CRC-32 of the bytes it covers, checked at open). They are a cache: a missing, damaged (checksum) or stale
+ * Written when a segment is sealed or compacted and, for the active segment, every
+ * `checkpointBytes` (1 MiB) of growth and at close (with the CRC-32 of the bytes it covers,
+ * checked at open: only what follows is scanned, also after a crash). They are a cache: a missing, damaged (checksum) or stale
  * one (other base, generation or a segment shorter than it covers) is ignored and the
  * segment scanned instead. Columns are stored in the machine's byte order, which is
  * checked on load, so a data directory moved to a machine of the other order still opens
@@ -77,9 +78,18 @@ function encodeIndex(segment: IndexedSegment, table: SegmentTable, withOffsets: 
 
 /** Writes the checkpoint through a temporary file and a rename, so readers see all or nothing. */
 export async function writeSegmentIndex(segmentFile: string, segment: IndexedSegment, table: SegmentTable, withOffsets: boolean, io: StoreIo = nodeIo): Promise<void> {
+  await writeEncodedIndex(segmentFile, encodeIndex(segment, table, withOffsets), io);
+}
+
+/** The checkpoint of the table as it is now (the table may grow meanwhile), to write later with writeEncodedIndex. */
+export function encodeSegmentIndex(segment: IndexedSegment, table: SegmentTable): Buffer {
+  return encodeIndex(segment, table, false);
+}
+
+export async function writeEncodedIndex(segmentFile: string, bytes: Buffer, io: StoreIo): Promise<void> {
   const file = indexFileOf(segmentFile);
   const temporary = `${file}.tmp`;
-  await io.writeFile(temporary, encodeIndex(segment, table, withOffsets));
+  await io.writeFile(temporary, bytes);
   await io.rename(temporary, file);
 }
 

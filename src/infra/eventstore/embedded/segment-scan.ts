@@ -43,8 +43,9 @@ export interface ScanTarget {
   /** Whether the segment is sealed (damage anywhere is refused). */
   readonly sealed: boolean;
   /**
-   * Bytes an earlier clean close vouched for (its checkpoint covered them): acknowledged
-   * data, where damage is refused, never dropped as a torn tail.
+   * Bytes the record of a clean close, or an index checkpoint whose checksum no longer
+   * matches, vouches for: acknowledged data, where damage is refused, never dropped as a
+   * torn tail.
    */
   readonly vouchedEnd?: number;
 }
@@ -75,7 +76,7 @@ export async function scanSegment(target: ScanTarget, table: SegmentTable): Prom
     if (result.kind !== 'ok') {
       const reason = result.kind === 'invalid' ? result.reason : 'record runs past the end of file';
       if (target.sealed) throw new CorruptEventLogError(file, offset, `${reason} in a sealed segment`);
-      if (offset < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, offset, `${reason} in data acknowledged before the last clean close`);
+      if (offset < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, offset, `${reason} in acknowledged data (a clean close or an index checkpoint vouches for it)`);
       // A batch is written only after the previous one was synced, so damage followed by
       // the start of a later batch hit synced (acknowledged) data. Without one, the damage
       // lies in the last batch, which a crash may leave torn anywhere, holes included.
@@ -101,7 +102,7 @@ export async function scanSegment(target: ScanTarget, table: SegmentTable): Prom
   if (target.sealed && end < fileSize) {
     throw new CorruptEventLogError(file, end, 'an append is cut short at the end of a sealed segment');
   }
-  if (end < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, end, 'an append is cut short in data acknowledged before the last clean close');
+  if (end < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, end, 'an append is cut short in acknowledged data (a clean close or an index checkpoint vouches for it)');
   table.coveredSize = end;
   return { end };
 }

@@ -1,9 +1,12 @@
 /**
- * The embedded store: appends with group commit into the active segment, reads by stream,
- * catch-up subscriptions, and reclamation of expired heartbeats (see reclamation.ts).
+ * The embedded store's appends: expectations checked and positions reserved in call order,
+ * group commit into the active segment, and sealing a full segment; reads by stream and
+ * catch-up subscriptions are handed to reads.ts and subscription.ts. Whether appends are
+ * taken at all (after a failed write, on a full disk) is write-availability.ts; index
+ * checkpoints and the record of a clean close are checkpoints.ts; reclamation of expired
+ * heartbeats is reclamation.ts.
  */
 import { randomUUID } from 'node:crypto';
-import * as path from 'node:path';
 import {
   WrongExpectedRevisionError,
   type AppendResult,
@@ -16,8 +19,7 @@ import {
   type SubscribeOptions,
   type Subscription,
 } from '../port';
-import { EventStoreUnavailableError } from './errors';
-import { errorMessage, writeFully } from './files';
+import { writeFully } from './files';
 import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
 import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
@@ -25,15 +27,13 @@ import { LogReader } from './reads';
 import { positionAt, toRecordedEvent } from './recorded-event';
 import { createSegmentFile } from './recovery';
 import { RecentCommits } from './recent-commits';
-import { Segment, segmentFileName, type HandlePool } from './segment';
-import { writeSegmentIndex } from './segment-index-file';
+import { Segment, type HandlePool } from './segment';
 import { maxAgeChangeOf } from './segment-scan';
 import { SegmentTable } from './segment-table';
 import { LogSubscription, tail, type TailSource } from './subscription';
 import type { GroupCommit, ResolvedOptions } from './options';
-
-/** Bytes written past the end (then cut) to tell whether writes work again. */
-const WRITE_PROBE_BYTES = 4096;
+import { CheckpointWriter } from './checkpoints';
+import { WriteAvailability } from './write-availability';
 
 interface ReservedRecord {
   readonly revision: number;
@@ -89,16 +89,11 @@ export class EmbeddedStoreCore implements EventStore {
   private queue: PendingAppend[] = [];
   private flushRunning = false;
   private flushDone: Promise<void> = Promise.resolve();
-  /** Set while appends are refused (a write failed, or the log opened read-only); cleared by resumeWrites(). */
-  protected failure: EventStoreUnavailableError | null = null;
-  private resuming: Promise<void> | null = null;
-  /** Another process holds the data directory now: writes stop for good (never resumed). */
-  protected lockLost: Error | null = null;
-  /** Cutting what a failed batch left in the file; resuming waits for it. */
-  private tailCut: Promise<void> = Promise.resolve();
+  /** Whether appends are taken (write-availability.ts). */
+  protected readonly writes: WriteAvailability;
   protected closing = false;
   private changeWaiters: Array<() => void> = [];
-  private readonly sealing = new Set<Promise<void>>();
+  private readonly checkpoints: CheckpointWriter;
   protected readonly recent = new RecentCommits();
   private readonly reader: LogReader;
 
@@ -111,6 +106,7 @@ export class EmbeddedStoreCore implements EventStore {
     protected readonly pool: HandlePool,
   ) {
     this.now = options.now;
+    this.checkpoints = new CheckpointWriter(options.io, options.log, options.checkpointBytes);
     this.reader = new LogReader({
       index,
       recent: this.recent,
@@ -121,6 +117,20 @@ export class EmbeddedStoreCore implements EventStore {
     const active = this.active();
     this.reservedBase = active.base;
     this.reservedEnd = active.size;
+    this.writes = new WriteAvailability({
+      directory,
+      io: options.io,
+      log: options.log,
+      active: () => ({ segment: this.active(), table: this.activeTable }),
+      isClosing: () => this.closing,
+      idle: async () => {
+        while (this.flushRunning) await this.flushDone;
+      },
+      resumed: (segment) => {
+        this.reservedBase = segment.base;
+        this.reservedEnd = segment.size;
+      },
+    });
   }
 
   protected active(): Segment {
@@ -130,7 +140,7 @@ export class EmbeddedStoreCore implements EventStore {
   // Everything up to the first await runs synchronously, so expectations are checked and
   // positions reserved in call order even while earlier appends still wait for their fsync.
   async append(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
-    if (this.failure !== null) await this.resumeWrites();
+    await this.writes.untilWritable();
     return this.reserve(streamName, events, expected, this.now());
   }
 
@@ -140,7 +150,7 @@ export class EmbeddedStoreCore implements EventStore {
    * that they never decrease along the log. Expectations are 'any'.
    */
   async appendHistory(appends: readonly HistoricalAppend[]): Promise<void> {
-    if (this.failure !== null) await this.resumeWrites();
+    await this.writes.untilWritable();
     // One promise for the lot: commits resolve in order, so the last one answers for all.
     await new Promise<void>((resolve, reject) => {
       const ignore = (): void => undefined;
@@ -153,7 +163,7 @@ export class EmbeddedStoreCore implements EventStore {
   }
 
   private reserve(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision, now: number): Promise<AppendResult> {
-    this.assertWritable();
+    this.writes.assertWritable();
     if (events.length === 0) throw new Error('An append needs at least one event');
     const currentCount = currentCountOf(this.index, streamName);
     const firstRevision = expectedFirstRevision(expected, currentCount);
@@ -170,7 +180,7 @@ export class EmbeddedStoreCore implements EventStore {
     resolve: (result: AppendResult) => void,
     reject: (error: Error) => void,
   ): void {
-    this.assertWritable();
+    this.writes.assertWritable();
     if (events.length === 0) throw new Error('An append needs at least one event');
     const writtenAt = Math.max(now, this.index.lastWrittenAt);
     const encoded = this.encodeAppend(streamName, events, currentCount, writtenAt);
@@ -245,7 +255,7 @@ export class EmbeddedStoreCore implements EventStore {
   async headPosition(): Promise<GlobalPosition | null> {
     // Readiness asks this: while appends are refused it fails (naming the event store),
     // after trying whether writes work again.
-    if (this.failure !== null) await this.resumeWrites();
+    await this.writes.untilWritable();
     // Only user events: a caller waiting for its subscription to reach the head must get
     // there, and subscriptions never hand out system events.
     const position = this.index.lastUserPosition;
@@ -256,29 +266,12 @@ export class EmbeddedStoreCore implements EventStore {
     this.closing = true;
     while (this.flushRunning) await this.flushDone;
     this.wakeWaiters();
-    await Promise.allSettled([...this.sealing]);
-    await this.tailCut;
-    await this.resuming?.catch(() => undefined);
+    await this.checkpoints.settled();
+    await this.writes.settled();
     // A stop after a failed write leaves nothing of the failed batch for the next start.
-    if (this.failure !== null) await this.cutBack(this.active()).catch(() => undefined);
-    if (this.failure === null && this.lockLost === null) await this.writeActiveCheckpoint();
+    const cut = this.writes.failure === null || (await this.writes.cutBack(this.active()).then(() => true, () => false));
+    if (cut && this.writes.lockLost === null) await this.checkpoints.atClose(this.active(), this.activeTable);
     await Promise.all(this.segments.map((segment) => segment.retire()));
-  }
-
-  /** Lets the next open skip decoding the active segment (see recovery.ts). */
-  private async writeActiveCheckpoint(): Promise<void> {
-    const active = this.active();
-    try {
-      await writeSegmentIndex(active.file, active, this.activeTable, false, this.options.io);
-    } catch (error) {
-      this.options.log(`Event log: could not write the index checkpoint of ${active.file} (${errorMessage(error)}); the next open scans it`);
-    }
-  }
-
-  protected assertWritable(): void {
-    if (this.lockLost !== null) throw this.lockLost;
-    if (this.failure !== null) throw this.failure;
-    if (this.closing) throw new Error('The event store is closed');
   }
 
   private async retriedAppendOrConflict(
@@ -312,7 +305,7 @@ export class EmbeddedStoreCore implements EventStore {
 
   private async flushLoop(): Promise<void> {
     for (;;) {
-      if (this.queue.length === 0 || this.failure !== null || this.lockLost !== null) {
+      if (this.queue.length === 0 || this.writes.failure !== null || this.writes.lockLost !== null) {
         this.flushRunning = false;
         return;
       }
@@ -345,10 +338,10 @@ export class EmbeddedStoreCore implements EventStore {
    */
   protected async sealActiveSegment(): Promise<void> {
     while (this.flushRunning || this.queue.length > 0) {
-      this.assertWritable();
+      this.writes.assertWritable();
       await this.flushDone;
     }
-    this.assertWritable();
+    this.writes.assertWritable();
     if (this.reservedEnd <= SEGMENT_HEADER_SIZE) return;
     this.reservedBase += this.reservedEnd;
     this.reservedEnd = SEGMENT_HEADER_SIZE;
@@ -378,11 +371,7 @@ export class EmbeddedStoreCore implements EventStore {
     this.recent.forget();
     sealed.seal();
     sealedTable.coveredSize = sealed.size;
-    const writing = writeSegmentIndex(sealed.file, sealed, sealedTable, false, this.options.io).catch((error: unknown) =>
-      this.options.log(`Event log: could not write the index checkpoint of ${sealed.file} (${errorMessage(error)}); the next open scans it`),
-    );
-    this.sealing.add(writing);
-    void writing.finally(() => this.sealing.delete(writing));
+    this.checkpoints.sealed(sealed, sealedTable);
   }
 
   private commit(batch: readonly PendingAppend[], bytes: number): void {
@@ -404,6 +393,7 @@ export class EmbeddedStoreCore implements EventStore {
       this.activeTable.coveredSize = segment.size;
       events += append.records.length;
     }
+    this.checkpoints.afterCommit(segment, this.activeTable);
     for (const append of batch) append.resolve(append.result);
     this.wakeWaiters();
     try {
@@ -414,91 +404,27 @@ export class EmbeddedStoreCore implements EventStore {
     }
   }
 
+  /** A batch failed: every append not yet durable is rejected and their reserved positions given back. */
   private fail(error: unknown, batch: readonly PendingAppend[]): void {
     this.recent.forget();
-    this.failure = new EventStoreUnavailableError({ cause: error });
-    this.options.log(`Event log: a write failed (${errorMessage(error)}); appends are refused until one can be written again, reads go on`);
+    const failure = this.writes.failed(error);
     const rejected = [...batch, ...this.queue];
     this.queue = [];
-    // Every append not yet durable is rejected: their reserved positions are given back.
     for (const append of rejected) {
       const stream = this.index.stream(append.streamName);
       stream.positions.dropLast(stream.positions.length - stream.durableCount);
     }
-    for (const append of rejected) append.reject(this.failure);
+    for (const append of rejected) append.reject(failure);
     this.wakeWaiters();
-    // Cut what the failed batch may have left in the file (a page cache keeps it after a
-    // failed fsync): a restart must not find it and take it as durable, nor later batches
-    // leave a hole where it was. Best effort: resuming does it again.
-    const active = this.active();
-    this.tailCut = this.tailCut.then(() => this.cutBack(active)).catch(() => undefined);
   }
 
   /**
-   * Removes what a failed write may have left: the file of a segment whose creation failed
-   * (it holds nothing acknowledged; a restart must not take the active segment for a
-   * sealed one because of it) and bytes past the committed size of the active segment.
+   * Right after open: read-only if open could not repair the tail (`readOnly`), or if a
+   * write probe fails now (a start on a full disk), so readiness says so from the start.
    */
-  private async cutBack(active: Segment): Promise<void> {
-    if (active.size >= SEGMENT_HEADER_SIZE) {
-      await this.options.io.unlink(path.join(this.directory, segmentFileName(active.base + active.size)));
-      await this.options.io.syncDirectory(this.directory);
-    }
-    await active.handle.truncate(active.size);
-    await active.handle.datasync();
-  }
-
-  /** Opened without being able to repair the tail (a full disk, say): appends wait for resumeWrites(). */
-  openedReadOnly(cause: Error): void {
-    this.failure = new EventStoreUnavailableError({ cause });
-    this.options.log(`Event log: opened read-only (${errorMessage(cause)}); reads are served, appends are refused until a write succeeds`);
-  }
-
-  /**
-   * Tries to make the log writable again after a failure: cuts the active segment back to
-   * its last committed size (dropping whatever a failed batch left), finishes a segment
-   * whose creation was interrupted, and removes the file of a segment whose creation
-   * failed. Throws EventStoreUnavailableError while that does not work.
-   */
-  protected resumeWrites(): Promise<void> {
-    this.resuming ??= this.tryResume().finally(() => {
-      this.resuming = null;
-    });
-    return this.resuming;
-  }
-
-  private async tryResume(): Promise<void> {
-    while (this.flushRunning) await this.flushDone;
-    await this.tailCut;
-    if (this.lockLost !== null) throw this.lockLost;
-    if (this.failure === null) return;
-    if (this.closing) throw new Error('The event store is closed');
-    const active = this.active();
-    try {
-      if (active.size < SEGMENT_HEADER_SIZE) {
-        const header = encodeSegmentHeader({ base: active.base, generation: 0 });
-        await active.handle.truncate(0);
-        await writeFully(active.handle, header, 0);
-        active.size = SEGMENT_HEADER_SIZE;
-        this.activeTable.coveredSize = SEGMENT_HEADER_SIZE;
-        this.activeTable.coveredCrc = crc32(header);
-      }
-      // A write that needs new space tells whether the cause is gone (a full disk answers
-      // ENOSPC here); the file is cut back to its committed size whatever it answers.
-      try {
-        await writeFully(active.handle, Buffer.alloc(WRITE_PROBE_BYTES), active.size);
-      } finally {
-        await active.handle.truncate(active.size);
-      }
-      await this.cutBack(active);
-    } catch (error) {
-      this.failure = new EventStoreUnavailableError({ cause: error });
-      throw this.failure;
-    }
-    this.reservedBase = active.base;
-    this.reservedEnd = active.size;
-    this.failure = null;
-    this.options.log('Event log: writes work again; appends resume');
+  async checkWritableAtOpen(readOnly: Error | null): Promise<void> {
+    if (readOnly !== null) this.writes.openedReadOnly(readOnly);
+    else await this.writes.probeAtOpen();
   }
 
   protected waitForChange(): Promise<void> {
@@ -513,11 +439,9 @@ export class EmbeddedStoreCore implements EventStore {
 
   private async untilDurable(condition: () => boolean): Promise<void> {
     while (!condition()) {
-      if (this.failure !== null) throw this.failure;
+      if (this.writes.failure !== null) throw this.writes.failure;
       if (this.closing && !this.flushRunning) throw new Error('The event store is closed');
       await this.waitForChange();
     }
   }
-
-
 }

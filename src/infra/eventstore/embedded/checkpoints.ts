@@ -1,0 +1,84 @@
+/**
+ * Index checkpoints written while the store runs (segment-index-file.ts): a sealed
+ * segment's when it is sealed, and the active segment's each time it grew by
+ * `checkpointBytes`, so that an open after a crash checks the covered part with one CRC-32
+ * pass and scans only what follows. They are written in the background, one at a time and
+ * in order (a sealed segment's checkpoint never overtaken by an older one of the same
+ * segment), each encoded when asked for: the table may grow meanwhile. A checkpoint is a
+ * cache: one that cannot be written is logged, and the next open scans instead.
+ *
+ * At a clean close the active segment gets its close record (record-format.ts), then its
+ * checkpoint.
+ */
+import { errorMessage, writeFully } from './files';
+import type { StoreIo } from './io';
+import { encodeCloseRecord, SEGMENT_HEADER_SIZE } from './record-format';
+import type { Segment } from './segment';
+import { encodeSegmentIndex, writeEncodedIndex } from './segment-index-file';
+import type { SegmentTable } from './segment-table';
+
+export class CheckpointWriter {
+  private queue: Promise<void> = Promise.resolve();
+  /** Bytes of the active segment its last checkpoint covers (asked for, maybe not written yet). */
+  private activeCovered = 0;
+  private activeWriting = false;
+
+  constructor(
+    private readonly io: StoreIo,
+    private readonly log: (message: string) => void,
+    private readonly every: number,
+  ) {}
+
+  /** After a commit: the active segment's checkpoint, if it grew by `every` since the last (and none is being written). */
+  afterCommit(active: Segment, table: SegmentTable): void {
+    if (this.activeWriting || table.coveredSize - this.activeCovered < this.every) return;
+    this.activeCovered = table.coveredSize;
+    this.activeWriting = true;
+    this.enqueue(active, table, () => {
+      this.activeWriting = false;
+    });
+  }
+
+  /** A segment was sealed: its checkpoint, and the new active segment counts from its start. */
+  sealed(segment: Segment, table: SegmentTable): void {
+    this.activeCovered = 0;
+    this.enqueue(segment, table, () => undefined);
+  }
+
+  /** Resolves once every checkpoint asked for is written (or failed). */
+  settled(): Promise<void> {
+    return this.queue;
+  }
+
+  /** At a clean close, once settled(): the close record, then the checkpoint of the active segment. */
+  async atClose(active: Segment, table: SegmentTable): Promise<void> {
+    await this.writeCloseRecord(active, table);
+    this.enqueue(active, table, () => undefined);
+    await this.queue;
+  }
+
+  /**
+   * Marks the clean close in the log itself: the next open refuses damage in what it vouches
+   * for instead of cutting it as a torn tail, even without the index checkpoint. When it
+   * cannot be written (a full disk), the next open treats the end of the log as after a crash.
+   */
+  private async writeCloseRecord(active: Segment, table: SegmentTable): Promise<void> {
+    const crc = table.coveredCrc;
+    if (active.size < SEGMENT_HEADER_SIZE || crc === null) return;
+    try {
+      await writeFully(active.handle, encodeCloseRecord({ offset: active.size, crc }), active.size);
+      await active.handle.datasync();
+    } catch (error) {
+      this.log(`Event log: could not mark the clean close of ${active.file} (${errorMessage(error)}); the next open checks its end as after a crash`);
+      await active.handle.truncate(active.size).catch(() => undefined);
+    }
+  }
+
+  private enqueue(segment: Segment, table: SegmentTable, done: () => void): void {
+    const bytes = encodeSegmentIndex(segment, table);
+    this.queue = this.queue
+      .then(() => writeEncodedIndex(segment.file, bytes, this.io))
+      .catch((error: unknown) => this.log(`Event log: could not write the index checkpoint of ${segment.file} (${errorMessage(error)}); the next open scans it`))
+      .finally(done);
+  }
+}

@@ -74,7 +74,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   // 4. The API and the tunnel, or, without the api role, health, readiness and metrics only.
   const readiness = createReadiness(infra, lag, logger);
   const api: ApiRole | null = roles.has('api')
-    ? await startApiRole({ config, infra, logger, metrics, clock, deviceStates, readiness, afterErasure: async () => snapshots?.write() })
+    ? await startApiRole({ config, infra, logger, metrics, clock, deviceStates, readiness, afterErasure: async () => snapshots?.writeOrFail() })
     : null;
   const server: Server = api?.server ?? createServer(createOperationsApp({ logger, metrics, health: { readiness } }));
   answerClientErrors(server);

@@ -24,6 +24,9 @@ function describeIssue(issue: z.core.$ZodIssue, input: unknown): FieldProblem {
       case 'too_small':
         if (issue.origin === 'string' && Number(issue.minimum) <= 1) return `${field} should not be empty`;
         if (issue.origin === 'string') return `${field} must be longer than or equal to ${String(issue.minimum)} characters`;
+        // An exclusive bound of 0 is `.positive()`: 0 itself is refused, so "not less than 0" would mislead.
+        if (issue.inclusive === false && Number(issue.minimum) === 0) return `${field} must be a positive number`;
+        if (issue.inclusive === false) return `${field} must be greater than ${String(issue.minimum)}`;
         return `${field} must not be less than ${String(issue.minimum)}`;
       case 'too_big':
         if (issue.origin === 'string') return `${field} must be shorter than or equal to ${String(issue.maximum)} characters`;

@@ -1,5 +1,5 @@
 import { UnauthorizedError } from '../domain/errors';
-import { deviceStream, sessionStream, userStream } from '../domain/events';
+import { sessionStream, userStream } from '../domain/events';
 import { userDecider } from '../domain/user';
 import type { PasswordHasher } from '../auth/passwords';
 import type { CredentialStore } from '../infra/credentials/port';
@@ -8,6 +8,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import { DEVICES_COLLECTION, type DeviceDoc } from '../projections/devices';
 import { SESSIONS_COLLECTION, type SessionDoc } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
+import { deviceTrailOf } from '../privacy/past-devices';
 import type { ErasureCommands } from './erasure';
 import { loadAggregate, type Clock, type CommandContext } from './handler';
 
@@ -111,10 +112,9 @@ export function createAccountCommands(deps: AccountDeps): AccountCommands {
         if (entry === undefined) continue;
         const { users: _users, access: _access, id: _uuid, internalId, ...device } = doc;
         deviceViews.push({ device: { id: internalId, ...device }, role: entry.role, linkedAt: entry.createdAt });
-        for (const event of await readAll(eventStore, deviceStream(doc.uuid))) {
-          if (event.metadata.actor.type === 'user' && event.metadata.actor.id === userId) events.push(exported(event));
-        }
       }
+      // Their events on device streams, devices deleted or left since included.
+      events.push(...(await deviceTrailOf(eventStore, userId)).acted.map(exported));
       const { profile, crm, ...rest } = user;
       return {
         exportedAt: deps.clock.now().toISOString(),

@@ -9,6 +9,7 @@ import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
 import { DataKeyUnreadableError, deviceSubject, userSubject, type Keyring } from '../privacy/keyring';
 import { ERASED } from '../privacy/personal-fields';
+import { deletedAsSoleOwner, deviceTrailOf } from '../privacy/past-devices';
 import type { PlaintextEraser, PlaintextReport } from '../privacy/plaintext';
 import { DEVICES_COLLECTION, type DeviceDoc } from '../projections/devices';
 import { SESSIONS_COLLECTION, type SessionDoc } from '../projections/sessions';
@@ -34,7 +35,10 @@ import { handleCommand, loadAggregate, type Clock, type CommandContext } from '.
  *   5. their e-mail and CRM id are released, so a later sync creates a new user;
  *   6. `afterErasure` (embedded mode: a new start snapshot, so the old one, which held
  *      their read-model documents, is replaced on disk).
- * Every step is idempotent, so an erasure that failed half-way is finished by asking again.
+ * Every step is idempotent, so an erasure that failed half-way is finished by asking again:
+ * before `UserErased` the person still exists and every step runs again; after it (a kill -9,
+ * a snapshot write that failed), `finishErased` destroys the keys again, releases the CRM id
+ * and replaces the start snapshot, also when the CRM asks again for a customer erased before.
  *
  * A data key of the person (or of a device linked to them) that is kept but damaged (it does
  * not open: DataKeyUnreadableError, a 503 everywhere else) does not block their erasure: what
@@ -123,9 +127,41 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
     return deleted;
   };
 
+  /** The devices the person was the only active owner of when they were deleted, other than `now`. */
+  const earlierSoleOwned = async (userId: string, now: readonly string[]): Promise<string[]> => {
+    const { devices } = await deviceTrailOf(eventStore, userId);
+    const found: string[] = [];
+    for (const uuid of devices) {
+      if (!now.includes(uuid) && (await deletedAsSoleOwner(eventStore, uuid, userId))) found.push(uuid);
+    }
+    return found;
+  };
+
+  /**
+   * The steps after `UserErased`, done again for an erasure that stopped after it (a kill -9):
+   * the keys destroyed (again), the CRM id released, the start snapshot replaced. Each is
+   * idempotent; the e-mail reservation is named by the address, which is gone by then (left).
+   */
+  const finishErased = async (userId: string, ctx: CommandContext): Promise<void> => {
+    let syncId: number | null = null;
+    for await (const recorded of eventStore.readStream(userStream(userId), { direction: 'backwards', maxCount: 1 })) {
+      if (recorded.type === 'UserErased') syncId = (recorded.data as { syncId: number }).syncId;
+    }
+    const devices = await earlierSoleOwned(userId, []);
+    await deps.keyring.destroy([userSubject(userId), ...devices.map(deviceSubject)], userId);
+    if (syncId !== null) {
+      const released = await handleCommand(eventStore, crmReservation, crmCustomerStream(syncId), { type: 'Release', data: { ownerId: userId } }, asSystem(ctx), clock);
+      if (released.position !== null) await deps.watermark.waitFor(released.position, deps.readYourWritesTimeoutMs);
+    }
+    await deps.afterErasure?.();
+  };
+
   const erase = async (userId: string, reason: ErasureReason, ctx: CommandContext, knownEmail: string | null): Promise<void> => {
     const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
-    if (!before.state.exists) return;
+    if (!before.state.exists) {
+      if (await wasErased(eventStore, userId)) await finishErased(userId, ctx);
+      return;
+    }
     const { syncId } = before.state;
     // "[erased]" when their key is gone already (an erasure that stopped half-way, a damaged
     // key): their reservation is named by the address the users read model still holds.
@@ -138,10 +174,14 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
     const sessions = await readStore.collection<SessionDoc>(SESSIONS_COLLECTION).find({ where: { userId } });
     const devices = await endLinks(userId, ctx, track);
     await deps.revokeSessions(userId, 'erased', asSystem(ctx));
-    const subjects = [userSubject(userId), ...devices.map(deviceSubject)];
+    // Devices deleted before this erasure (by the person, or by an erasure of theirs that
+    // stopped half-way) whose only active owner they were then: their data goes with the person's.
+    const earlier = await earlierSoleOwned(userId, devices);
+    const shredded = [...devices, ...earlier];
+    const subjects = [userSubject(userId), ...shredded.map(deviceSubject)];
     await deps.keyring.destroy(subjects, userId);
     if (deps.plaintext !== undefined) {
-      const streams = [userStream(userId), ...sessions.map((s) => sessionStream(s.id)), ...devices.map(deviceStream)];
+      const streams = [userStream(userId), ...sessions.map((s) => sessionStream(s.id)), ...shredded.map(deviceStream)];
       const report = await deps.plaintext({ subjects, streams });
       if (report.left.length > 0) deps.onPlaintextLeft?.(report);
     }
@@ -211,7 +251,11 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
         return { userId: erased };
       }
       // Erased before: the same answer again, if that user really was erased (not merely renumbered).
-      if (lastReleased !== null && (await wasErased(eventStore, lastReleased))) return { userId: lastReleased };
+      // What an erasure that stopped after `UserErased` left undone is done now (each step idempotent).
+      if (lastReleased !== null && (await wasErased(eventStore, lastReleased))) {
+        await finishErased(lastReleased, ctx);
+        return { userId: lastReleased };
+      }
       throw new NotFoundError(USER_MESSAGES.notFound);
     },
     async eraseUser(userId, reason, ctx) {

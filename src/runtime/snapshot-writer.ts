@@ -15,6 +15,11 @@ export interface SnapshotWriter {
   appended(count: number): void;
   /** Writes now if anything changed since the last snapshot (after a write in progress). */
   write(): Promise<void>;
+  /**
+   * As `write`, but written even when the checkpoint has not moved, and a write that fails rejects (an erasure must not answer while the snapshot
+   * on disk still holds what it erased; asking again writes it again).
+   */
+  writeOrFail(): Promise<void>;
   /** Stops the periodic writes (a write in progress finishes). */
   stop(): Promise<void>;
 }
@@ -44,9 +49,11 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
   let pending = false;
   let stopped = false;
 
-  const writeOnce = async (): Promise<void> => {
+  const writeOnce = async (fail = false): Promise<void> => {
     const body = options.collect();
-    if (body === null || coverage(body) === lastCoverage) return;
+    // A required write (an erasure's) goes to disk even when the projector's checkpoint has not
+    // moved yet: the documents it dropped already have, and applying again is idempotent.
+    if (body === null || (!fail && coverage(body) === lastCoverage)) return;
     const events = sinceLast;
     sinceLast = 0;
     const started = Date.now();
@@ -57,12 +64,19 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
     } catch (error) {
       sinceLast += events;
       logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'start snapshot: write failed (the next start may replay more)');
+      if (fail) throw error;
     }
   };
 
   const write = (): Promise<void> => {
-    chain = chain.then(writeOnce);
+    chain = chain.then(() => writeOnce());
     return chain;
+  };
+
+  const writeOrFail = (): Promise<void> => {
+    const done = chain.then(() => writeOnce(true));
+    chain = done.catch(() => undefined);
+    return done;
   };
 
   /** A periodic write, unless one is already waiting to run. */
@@ -83,6 +97,7 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
       if (sinceLast >= options.everyEvents) writeSoon();
     },
     write,
+    writeOrFail,
     async stop() {
       stopped = true;
       clearInterval(timer);

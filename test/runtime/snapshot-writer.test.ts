@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { readSnapshotFile } from '../../src/infra/snapshot/file';
@@ -54,4 +54,26 @@ test('writes after everyEvents appends, and only when the state moved on', async
   writer.appended(100); // stopped: no more periodic writes
   await writer.write(); // the shutdown write still writes what moved on
   expect(await readSnapshotFile(file)).toMatchObject({ kind: 'ok', header: { position: '160/160' } });
+});
+
+test('writeOrFail writes although the checkpoint has not moved, and rejects when the file cannot be written', async () => {
+  const file = join(dir, 'read-models.snapshot');
+  const writer = startSnapshotWriter({
+    file,
+    version: 'v',
+    logger: createLogger('silent'),
+    everyEvents: 1_000,
+    intervalMs: 3_600_000,
+    restored: bodyAt(100),
+    collect: () => bodyAt(100),
+  });
+  mkdirSync(`${file}.tmp`); // the temporary file cannot be opened
+  await expect(writer.writeOrFail()).rejects.toThrow();
+  expect(existsSync(file)).toBe(false);
+  rmSync(`${file}.tmp`, { recursive: true });
+  await writer.write(); // the chain goes on after a failed write; `write` skips an unmoved checkpoint
+  expect(existsSync(file)).toBe(false);
+  await writer.writeOrFail();
+  expect(await readSnapshotFile(file)).toMatchObject({ kind: 'ok', header: { position: '100/100' } });
+  await writer.stop();
 });

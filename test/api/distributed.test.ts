@@ -17,8 +17,16 @@ async function sync(base: string, id: number): Promise<{ status: number; userId:
   return { status: res.status, userId: body.user?.id ?? '' };
 }
 
+/**
+ * The processes holding the projector lease now: their last lease line says acquired. (On a
+ * busy machine a renewal can miss the lease's time and the lease pass on; the test is that
+ * one process holds it at a time, not that the first holder keeps it forever.)
+ */
 const leaseHolder = (processes: readonly ServerProcess[]): ServerProcess[] =>
-  processes.filter((p) => p.output().includes('projector lease acquired'));
+  processes.filter((p) => {
+    const out = p.output();
+    return out.lastIndexOf('projector lease acquired') > Math.max(out.lastIndexOf('projector lease lost'), out.lastIndexOf('standing by'));
+  });
 
 async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -35,7 +43,7 @@ describe('distributed mode across processes', () => {
 
   beforeAll(async () => {
     stack = await startStack();
-    const env = { ...TEST_SECRETS, ...stack.env, PROJECTOR_LEASE_MS: '1500' };
+    const env = { ...TEST_SECRETS, ...stack.env, PROJECTOR_LEASE_MS: '4000' };
     processes = await Promise.all([startServerProcess(env), startServerProcess(env)]);
     readStore = await createMongoReadStore(stack.env.MONGODB_URI);
     await waitFor(() => leaseHolder(processes).length === 1, 30_000);
@@ -72,9 +80,9 @@ describe('distributed mode across processes', () => {
 
     const { status, userId } = await sync(standby.baseUrl, 60_001);
     expect(status).toBe(201);
-    await waitFor(() => standby.output().includes('projector lease acquired'), 10_000);
+    await waitFor(() => leaseHolder([standby]).length === 1, 30_000);
     const users = readStore.collection<UserDoc>(USERS_COLLECTION);
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + 30_000;
     let doc: UserDoc | null = null;
     while (doc === null && Date.now() < deadline) {
       doc = await users.get(userId);
@@ -84,5 +92,5 @@ describe('distributed mode across processes', () => {
     // And once the new projector runs, writes are read-your-writes again.
     const next = await sync(standby.baseUrl, 60_002);
     expect(await users.get(next.userId)).not.toBeNull();
-  }, 30_000);
+  }, 90_000);
 });

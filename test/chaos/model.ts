@@ -66,6 +66,12 @@ export interface DeviceModel {
   /** Per linked user id: the role, or null when not linked. */
   readonly links: Map<string, Possible<Role | null>>;
   deviceToken: string | null;
+  /**
+   * A device-auth went unanswered before `deviceToken` was issued: it may still be carried
+   * out later (a request outlives its client's timeout), issue a newer generation and so
+   * revoke `deviceToken` (decisions §4). A 401 then is the service being right.
+   */
+  tokenMayBeSuperseded: boolean;
   /** lastSeenAt of the last heartbeat answered, and whether a later one went unanswered. */
   lastSeenAt: string | null;
   heartbeatUncertain: boolean;

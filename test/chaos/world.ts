@@ -119,6 +119,7 @@ export async function registerDevice(actor: Actor, owner: UserModel, tunnel: boo
     name: new Possible('Hub'),
     links: new Map(),
     deviceToken: null,
+    tokenMayBeSuperseded: false,
     lastSeenAt: null,
     heartbeatUncertain: false,
     tunnel,
@@ -127,5 +128,6 @@ export async function registerDevice(actor: Actor, owner: UserModel, tunnel: boo
   actor.world.devices.push(device);
   const auth = await sendUntilAnswered(actor, { kind: 'device-auth', entity, method: 'POST', path: `/devices/auth/${uuid}`, token: owner.accessToken });
   if (ok(auth)) device.deviceToken = (auth.body as { token: string }).token;
+  device.tokenMayBeSuperseded = actor.history.of(entity).some((op) => op.kind === 'device-auth' && op.status === null);
   return device;
 }

@@ -95,13 +95,15 @@ export async function checkKeyEncryptionKey(store: CredentialStore, keyEncryptio
  */
 const CACHE_MS = 30_000;
 const MAX_CACHED = 50_000;
-/** How often a box naming a key this process does not have makes it ask the store again. */
+/** How often a box naming a key the store did not have makes this process ask the store again. */
 const RECHECK_MS = 1000;
 
 export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, now: () => number = Date.now): Keyring {
   // Per subject: its current key, or null when it has none (destroyed or never made).
   const cache = new Map<string, { readonly key: DataKey | null; readonly at: number }>();
   const making = new Map<string, Promise<DataKey>>();
+  // Per key id: when a store read made for it last found it gone (destroyed).
+  const confirmedAbsent = new Map<string, number>();
 
   const remember = (subject: string, key: DataKey | null): void => {
     cache.delete(subject);
@@ -158,12 +160,19 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
       const subject = subjectOfKeyId(keyId);
       let key = await load(subject);
       if (key === null || key.keyId !== keyId) {
-        // Another process may have made this key since this one looked (a device registered
-        // again after an erasure): look once more, at most once a second per subject.
-        const cached = cache.get(subject);
-        if (cached === undefined || now() - cached.at >= RECHECK_MS) {
+        // A box names a key that was stored before the box was written: what this process
+        // cached before may predate it (another process made the key a moment ago, as when two
+        // processes race to register one hub). So the store is asked, and only a store read made
+        // for this very key id, less than a second ago, answers "destroyed" without asking again.
+        const checked = confirmedAbsent.get(keyId);
+        if (checked === undefined || now() - checked >= RECHECK_MS) {
           cache.delete(subject);
           key = await load(subject);
+          if (key === null || key.keyId !== keyId) {
+            confirmedAbsent.delete(keyId);
+            confirmedAbsent.set(keyId, now());
+            if (confirmedAbsent.size > MAX_CACHED) confirmedAbsent.delete(confirmedAbsent.keys().next().value as string);
+          }
         }
       }
       return key !== null && key.keyId === keyId ? key.key : null;

@@ -100,28 +100,27 @@ describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
     const mute = await muteWebSocket(target.port);
 
     // Logins queue behind the password-hashing slots: most are still running when SIGTERM arrives.
-    let answered = 0;
+    // Every POST before them was answered: the service's count of answered POSTs starts here.
+    const postsBefore = (await scrape(target)).value('http_requests_total', { method: 'POST' });
     const logins = Array.from({ length: IN_FLIGHT }, () =>
       api(target, 'POST', '/auth/login', { body: { email, password } }).then(
-        (res) => {
-          answered++;
-          return res.status;
-        },
+        (res) => res.status,
         (error: Error) => `${error.message}: ${String((error.cause as Error | undefined)?.message)}`,
       ),
     );
-    // Signal once every login is inside the process: received and not yet answered, or answered
-    // (the scrape itself is one of the requests in flight). A connection still in the listen
-    // backlog when the listener closes is refused, not in flight. `answered` is read before the
-    // scrape: a login answered while the scrape runs is then counted in neither, never in both
-    // (counted twice, it would let the signal go while another login was still on its way).
+    // Signal once every login is inside the process: answered, or received and not yet answered.
+    // Both counts come from one scrape, so from one instant of the service (a login answered
+    // moves from the gauge to the counter in one step). A connection still in the listen
+    // backlog when the listener closes is refused, not in flight.
+    let unanswered = 0;
     for (let settled = false; !settled; ) {
-      const answeredBefore = answered;
-      const inFlight = (await scrape(target)).value('http_requests_in_flight') - 1;
-      settled = answeredBefore + inFlight >= IN_FLIGHT;
+      const now = await scrape(target);
+      const answered = now.value('http_requests_total', { method: 'POST' }) - postsBefore;
+      const inFlight = now.value('http_requests_in_flight') - 1; // the scrape itself
+      settled = answered + inFlight >= IN_FLIGHT;
+      unanswered = IN_FLIGHT - answered;
       if (!settled) await new Promise((resolve) => setImmediate(resolve));
     }
-    const unanswered = IN_FLIGHT - answered;
     const signalled = Date.now();
     const exit = target.stop();
 

@@ -130,7 +130,8 @@ describe.each<Mode>(MODES)('SIGTERM (%s mode)', (mode) => {
       await new Promise((resolve) => setTimeout(resolve, 20));
       refusal = await newConnection(target.port);
     }
-    expect(refusal).toBe('ECONNREFUSED');
+    // Refused, or (a connection the kernel had queued just as the listener closed) reset unanswered.
+    expect(['ECONNREFUSED', 'ECONNRESET']).toContain(refusal);
 
     // Every request that was in flight got its answer.
     expect(unanswered).toBeGreaterThan(0);

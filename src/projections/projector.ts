@@ -130,12 +130,18 @@ export async function startProjector(
     lastCheckpointAt = Date.now();
   };
 
-  // A quiet stream still gets its last checkpoint written soon after the last event.
+  // A quiet stream still gets its last checkpoint written soon after the last event. A write
+  // that fails fails the projector as a failed batch does (the owner restarts it from the
+  // checkpoint stored): a projector reported failed is one that stopped.
+  let idleFailure: { readonly error: unknown } | null = null;
   const scheduleIdleCheckpoint = (): void => {
     if (timer !== undefined) return;
     timer = setTimeout(() => {
       timer = undefined;
-      writeCheckpoint().catch((error: unknown) => options.onError?.(error));
+      writeCheckpoint().catch((error: unknown) => {
+        idleFailure ??= { error };
+        void subscription.close().catch(() => undefined);
+      });
     }, everyMs);
     timer.unref();
   };
@@ -172,6 +178,7 @@ export async function startProjector(
         resolveCaughtUp();
       }
     }
+    if (idleFailure !== null) throw idleFailure.error;
   })();
   // Surface a failure to the owner through `done`, but also unblock anyone awaiting caughtUp.
   done.catch((error: unknown) => {

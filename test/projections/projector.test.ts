@@ -273,3 +273,45 @@ test('a write the read store does not answer shows as pending since it began, an
     await es.cleanup();
   }
 });
+
+/**
+ * The checkpoint a quiet projector writes on its own (after the last event) can fail too: the
+ * projector then stops with that error, as for a failed batch, so its owner restarts it from
+ * the checkpoint stored and says so; it never reports a failure and goes on as if nothing were.
+ */
+test('a failed idle checkpoint fails the projector: done rejects, nothing goes on applying', async () => {
+  const es = await openEventStore('embedded');
+  const rs = await openReadStore('memory');
+  try {
+    const inner = rs.value;
+    let failing = false;
+    const flaky: ReadStore = {
+      ...inner,
+      advanceCheckpoint: async (...args) => {
+        if (failing) throw new Error('connection 3 to 127.0.0.1:27017 closed');
+        return inner.advanceCheckpoint(...args);
+      },
+    };
+    const errors: unknown[] = [];
+    const projector = await startProjector(es.value, flaky, [batchTally('idle', 'i-')], {
+      checkpointEveryMs: 50,
+      checkpointEveryEvents: 1000,
+      onError: (error) => errors.push(error),
+    });
+    await projector.caughtUp;
+    failing = true;
+    await es.value.append('i-1', [added(1)], 'any');
+    await expect(projector.done).rejects.toThrow('connection 3 to 127.0.0.1:27017 closed');
+    expect(errors).toHaveLength(1);
+    expect((await inner.collection<TallyDoc>('idle').get('i-1'))?.values).toEqual([1]);
+    // Stopped: a later event is not applied by it.
+    await es.value.append('i-2', [added(2)], 'any');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await inner.collection<TallyDoc>('idle').get('i-2')).toBeNull();
+    failing = false;
+    await projector.stop();
+  } finally {
+    await rs.cleanup();
+    await es.cleanup();
+  }
+});

@@ -134,6 +134,7 @@ export async function startProjector(
   // that fails fails the projector as a failed batch does (the owner restarts it from the
   // checkpoint stored): a projector reported failed is one that stopped.
   let idleFailure: { readonly error: unknown } | null = null;
+  const idleFailureOf = (): { readonly error: unknown } | null => idleFailure;
   const scheduleIdleCheckpoint = (): void => {
     if (timer !== undefined) return;
     timer = setTimeout(() => {
@@ -178,7 +179,8 @@ export async function startProjector(
         resolveCaughtUp();
       }
     }
-    if (idleFailure !== null) throw idleFailure.error;
+    const failure = idleFailureOf();
+    if (failure !== null) throw failure.error;
   })();
   // Surface a failure to the owner through `done`, but also unblock anyone awaiting caughtUp.
   done.catch((error: unknown) => {

@@ -2,9 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createTokens } from '../../src/auth/tokens';
 import { api, CRM_KEY, GENEROUS_RATE_LIMITS, MODES, type Mode } from '../support/harness';
 import { PROCESS_TEST_TIMEOUT_MS, startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { eventually, ready, testTokens as tokens } from '../support/service-probes';
 import { startStack, type Stack } from '../support/stack';
 
 /**
@@ -17,7 +17,6 @@ import { startStack, type Stack } from '../support/stack';
 const ERASED = '[erased]';
 const ADMIN = 'admin.crash@example.com';
 const HOOK = join(__dirname, '..', 'support', 'faults', 'kill-before-email-release.ts');
-const tokens = createTokens({ jwtAccessSecret: TEST_SECRETS.JWT_ACCESS_SECRET, jwtRefreshSecret: TEST_SECRETS.JWT_REFRESH_SECRET, jwtDeviceSecret: TEST_SECRETS.JWT_DEVICE_SECRET });
 const crm = { 'X-Internal-Api-Key': CRM_KEY };
 
 async function sync(service: ServerProcess, id: number, email: string, firstName: string): Promise<{ status: number; id: string }> {
@@ -40,7 +39,8 @@ describe.each<Mode>(MODES)('an erasure killed between UserErased and the release
       env = { ...secrets, ...common, DATA_DIR: dir };
     } else {
       stack = await startStack();
-      env = { ...TEST_SECRETS, ...common, ...stack.env };
+      // The killed process's projector lease passes on after this long.
+      env = { ...TEST_SECRETS, ...common, ...stack.env, PROJECTOR_LEASE_MS: '3000' };
     }
   }, 60_000);
 
@@ -75,6 +75,9 @@ describe.each<Mode>(MODES)('an erasure killed between UserErased and the release
 
     const service = await startServerProcess(env);
     running.push(service);
+    // Distributed: it serves once the killed process's projector lease has passed on to it.
+    if (mode === 'distributed') await eventually(async () => service.output(), (out) => out.includes('projector lease acquired'), 'the new process projecting');
+    await eventually(() => ready(service), (r) => r.status === 200, 'the new process ready');
 
     // The address is free: a new customer gets it.
     const newcomer = await sync(service, syncId + 1, email, `Newcomer${tag}`);

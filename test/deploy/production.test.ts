@@ -69,6 +69,17 @@ function run(command: string, args: string[], options: { cwd: string; env: Recor
   return { child, output: () => output, exited };
 }
 
+/** SIGTERM to each process still running, then SIGKILL to any that has not exited within 20 s. */
+async function stopProcs(procs: readonly Proc[]): Promise<void> {
+  const running = (proc: Proc): boolean => proc.child.exitCode === null && proc.child.signalCode === null;
+  for (const proc of procs) if (running(proc)) proc.child.kill('SIGTERM');
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, 20_000)));
+  await Promise.race([Promise.all(procs.map((proc) => proc.exited)), deadline]);
+  clearTimeout(timer);
+  for (const proc of procs) if (running(proc)) proc.child.kill('SIGKILL');
+}
+
 interface Reply {
   readonly status: number;
   readonly body: unknown;
@@ -161,10 +172,12 @@ describe('the production path (image contents, compose environment, TLS proxy)',
   }, 300_000);
 
   afterAll(async () => {
-    for (const proc of [...replicas.map((r) => r.proc), ...others]) proc.child.kill('SIGKILL');
+    // SIGTERM first: tini passes it on to node, which stops; a SIGKILL to tini alone would
+    // leave its node child running after the suite.
+    await stopProcs([...replicas.map((r) => r.proc), ...others]);
     await stack?.stop();
     if (work !== undefined) rmSync(work, { recursive: true, force: true });
-  });
+  }, 60_000);
 
   test('the image holds production dependencies only, with the native argon2 binding, and runs compiled JavaScript', () => {
     const modules = join(work, 'app', 'node_modules');

@@ -22,7 +22,17 @@ import {
 import { writeFully } from './files';
 import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
-import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
+import {
+  CLOSE_ROOM_SIZE,
+  decodeEvent,
+  EMPTY_CLOSE_ROOM,
+  encodeRecord,
+  encodeSegmentHeader,
+  FLAG_END_OF_APPEND,
+  markFirstOfBatch,
+  SEGMENT_HEADER_SIZE,
+  setRecordPosition,
+} from './record-format';
 import { LogReader } from './reads';
 import { positionAt, toRecordedEvent } from './recorded-event';
 import { createSegmentFile } from './recovery';
@@ -317,10 +327,13 @@ export class EmbeddedStoreCore implements EventStore {
       this.queue = split === -1 ? [] : this.queue.slice(split);
       try {
         if (base !== this.active().base) await this.startSegment(base);
-        const bytes = batch.length === 1 ? (batch[0] as PendingAppend).bytes : Buffer.concat(batch.map((a) => a.bytes));
+        // The batch, then an empty close room after it (record-format.ts), in one write: the
+        // file always holds the bytes a clean close writes its close record into.
+        const written = Buffer.concat([...batch.map((a) => a.bytes), EMPTY_CLOSE_ROOM]);
+        const bytes = written.subarray(0, written.length - CLOSE_ROOM_SIZE);
         markFirstOfBatch(bytes);
         const start = (batch[0] as PendingAppend).fileOffset;
-        await writeFully(this.active().handle, bytes, start);
+        await writeFully(this.active().handle, written, start);
         await this.active().handle.datasync();
         this.activeTable.coveredCrc = crc32(bytes, this.activeTable.coveredCrc ?? 0);
         this.recent.remember(base + start, bytes);
@@ -360,9 +373,11 @@ export class EmbeddedStoreCore implements EventStore {
   private async startSegment(base: number): Promise<void> {
     const sealed = this.active();
     const sealedTable = this.activeTable;
-    // A sealed segment ends exactly at its last append on disk too: nothing a failed write
-    // or a write probe left behind may be read later as damage in a sealed segment.
-    await sealed.handle.truncate(sealed.size);
+    // A sealed segment ends at its last append and its close room on disk too: nothing a
+    // failed write or a write probe left behind may be read later as damage in a sealed
+    // segment. (The room is kept, not cut: should the next segment not be created, on a
+    // full disk, this one stays active and a stop still has room for its close record.)
+    await sealed.handle.truncate(sealed.size + CLOSE_ROOM_SIZE);
     await sealed.handle.datasync();
     const handle = await createSegmentFile(this.options.io, this.directory, { base, generation: 0 });
     this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, this.pool)];

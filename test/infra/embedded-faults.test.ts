@@ -204,6 +204,23 @@ describe('embedded log: the record of a clean close', () => {
     expect(tornTails).toEqual([]);
   });
 
+  it('still refuses it after a restart that was killed (kill -9) before its first append: the close record stays until a commit writes over it', async () => {
+    const { fs, offset } = await lastRecordDamaged(18, async (store, sim) => {
+      await store.close();
+      sim.processExit();
+      await sim.unlink(`${DIR}/events.log.idx`);
+      await simStore(sim);
+      // Killed: never closed.
+      sim.processExit();
+    });
+    const tornTails: TornTail[] = [];
+
+    const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+
+    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${offset}: checksum mismatch in acknowledged data`);
+    expect(tornTails).toEqual([]);
+  });
+
   it('cuts a damaged last record after a crash (no clean close) as a torn tail, as an append never acknowledged', async () => {
     // As kill -9: the store is never closed.
     const { fs, offset } = await lastRecordDamaged(12, async (_store, sim) => sim.processExit());
@@ -213,6 +230,95 @@ describe('embedded log: the record of a clean close', () => {
 
     expect(tornTails.map((tail) => tail.offset)).toEqual([offset]);
     expect((await readAll(reopened.readStream('device-1'))).map((event) => (event.data as { name: string }).name).at(-1)).toBe('Name 9');
+    await reopened.close();
+  });
+});
+
+describe('embedded log: a stop on a full disk after a failed write', () => {
+  const renames = async (store: EmbeddedEventStore, from: number, to: number): Promise<void> => {
+    for (let i = from; i <= to; i++) await store.append('device-1', [newEvent('Renamed', { name: `Name ${i}` })], 'any');
+  };
+  const prepared: Array<[string, (fs: SimFs) => Promise<EmbeddedEventStore>]> = [
+    [
+      'a fresh log',
+      async (fs) => {
+        const store = await simStore(fs);
+        await renames(store, 1, 10);
+        return store;
+      },
+    ],
+    [
+      'a log reopened after a clean stop',
+      async (fs) => {
+        const store = await simStore(fs);
+        await renames(store, 1, 5);
+        await store.close();
+        fs.processExit();
+        const reopened = await simStore(fs);
+        await renames(reopened, 6, 10);
+        return reopened;
+      },
+    ],
+    [
+      'a log reopened after a power cut',
+      async (fs) => {
+        const store = await simStore(fs);
+        await renames(store, 1, 5);
+        fs.crash();
+        const reopened = await simStore(fs);
+        await renames(reopened, 6, 10);
+        return reopened;
+      },
+    ],
+    [
+      'a full active segment (the write that fails is the creation of the next one)',
+      async (fs) => {
+        const store = await simStore(fs);
+        await renames(store, 1, 10);
+        await store.close();
+        fs.processExit();
+        return simStore(fs, { segmentBytes: fs.fileBytes(`${DIR}/events.log`).length - CLOSE_ROOM_SIZE });
+      },
+    ],
+  ];
+
+  it.each(prepared)('still marks the clean close, so damage in the last acknowledged record is refused, not cut: %s', async (_, prepare) => {
+    const fs = new SimFs(new Rng(16));
+    const store = await prepare(fs);
+    const last = Number((await readAll(store.readStream('device-1'))).at(-1)?.position.commit);
+    fs.faults = { ...NO_FAULTS, diskFull: true };
+    await expect(store.append('device-1', [newEvent('Renamed', { name: 'Name 11' })], 'any')).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    // Every write that needs new space fails during the stop: the index checkpoint cannot be written.
+    await store.close();
+    fs.processExit();
+    fs.faults = { ...NO_FAULTS };
+    fs.flipBit(`${DIR}/events.log`, last + 30, 4);
+    const tornTails: TornTail[] = [];
+
+    const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+
+    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${last}: checksum mismatch in acknowledged data`);
+    expect(tornTails).toEqual([]);
+  });
+
+  it('without the damage, the stop on a full disk loses nothing and the log takes appends again after it', async () => {
+    const fs = new SimFs(new Rng(17));
+    const store = await simStore(fs);
+    await renames(store, 1, 10);
+    fs.faults = { ...NO_FAULTS, diskFull: true };
+    await expect(store.append('device-1', [newEvent('Renamed', { name: 'Refused' })], 'any')).rejects.toBeInstanceOf(EventStoreUnavailableError);
+    await store.close();
+    fs.processExit();
+    fs.faults = { ...NO_FAULTS };
+    const tornTails: TornTail[] = [];
+
+    const reopened = await simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+    await reopened.append('device-1', [newEvent('Renamed', { name: 'Name 11' })], 'any');
+
+    expect(tornTails).toEqual([]);
+    expect((await readAll(reopened.readStream('device-1'))).map((event) => (event.data as { name: string }).name)).toEqual(
+      Array.from({ length: 11 }, (_, i) => `Name ${i + 1}`),
+    );
     await reopened.close();
   });
 });

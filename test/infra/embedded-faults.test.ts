@@ -470,3 +470,58 @@ describe('embedded log: reads during a compaction', () => {
     await reopened.close();
   });
 });
+
+/** Records index checkpoint writes through their temporary file: a second writer of one before the first renamed it is an overlap. */
+class IndexWritesFs extends SimFs {
+  private readonly writing = new Set<string>();
+  readonly overlaps: string[] = [];
+  /** Holds the first write of this file until `released` resolves. */
+  hold: { readonly file: string; readonly released: Promise<void> } | null = null;
+
+  override async writeFile(file: string, bytes: Buffer): Promise<void> {
+    if (this.writing.has(file)) this.overlaps.push(file);
+    this.writing.add(file);
+    const hold = this.hold;
+    if (hold !== null && hold.file === file) {
+      this.hold = null;
+      await hold.released;
+    }
+    await super.writeFile(file, bytes);
+  }
+
+  override async rename(from: string, to: string): Promise<void> {
+    await super.rename(from, to);
+    this.writing.delete(from);
+  }
+}
+
+describe('embedded log: index checkpoints of a sealed segment and of its compacted copy', () => {
+  it("writes the copy's checkpoint after the sealed segment's still queued one, never both at once through one temporary file", async () => {
+    const fs = new IndexWritesFs(new Rng(8));
+    let release: () => void = () => undefined;
+    // The checkpoint the seal of the first segment queues is slow to write.
+    fs.hold = { file: `${DIR}/events.log.idx.tmp`, released: new Promise<void>((resolve) => (release = resolve)) };
+    let now = Date.UTC(2030, 0, 1);
+    const store = await simStore(fs, {
+      now: () => now,
+      segmentBytes: 600,
+      // Once the copy replaced the first segment (its directory entry synced), the held write goes on.
+      compactionHook: (step) => {
+        if (step === 'directory-synced') setImmediate(release);
+      },
+    });
+    await store.setStreamMaxAge('heartbeat-1', 60);
+    for (let i = 0; i < 12; i++) await store.append('heartbeat-1', [newEvent('Heartbeat')], 'any');
+    expect(fs.hold).toBeNull();
+    now += 3_600_000;
+
+    const result = await store.reclaimExpired();
+    release();
+    await store.close();
+
+    expect(result.segmentsCompacted).toBeGreaterThan(0);
+    expect(fs.overlaps).toEqual([]);
+    const copy = await loadSegmentIndex(`${DIR}/events.log`, { base: 0, generation: 1 }, fs.fileBytes(`${DIR}/events.log`).length, fs);
+    expect('problem' in copy ? copy.problem : "the copy's checkpoint").toBe("the copy's checkpoint");
+  });
+});

@@ -9,6 +9,12 @@
  *
  * At a clean close the active segment gets its close record (record-format.ts), then its
  * checkpoint.
+ *
+ * While the store runs, every checkpoint goes through this one queue, that of a compacted
+ * copy too (compacted()): one writer per `X.idx` and its `X.idx.tmp`, so a sealed segment's
+ * checkpoint, still queued when compaction replaces the segment, can neither interleave with
+ * the copy's through the shared temporary file nor land after it; it is skipped once the
+ * segment it was encoded from is retired.
  */
 import { errorMessage, writeFully } from './files';
 import type { StoreIo } from './io';
@@ -45,6 +51,17 @@ export class CheckpointWriter {
     this.enqueue(segment, table, () => undefined);
   }
 
+  /**
+   * A compacted copy replaced a segment: its checkpoint (with file offsets), written after
+   * every checkpoint asked for before; rejects when it cannot be written.
+   */
+  compacted(copy: Segment, table: SegmentTable): Promise<void> {
+    const bytes = encodeSegmentIndex(copy, table, true);
+    const written = this.queue.then(() => writeEncodedIndex(copy.file, bytes, this.io));
+    this.queue = written.catch(() => undefined);
+    return written;
+  }
+
   /** Resolves once every checkpoint asked for is written (or failed). */
   settled(): Promise<void> {
     return this.queue;
@@ -79,7 +96,8 @@ export class CheckpointWriter {
   private enqueue(segment: Segment, table: SegmentTable, done: () => void): void {
     const bytes = encodeSegmentIndex(segment, table);
     this.queue = this.queue
-      .then(() => writeEncodedIndex(segment.file, bytes, this.io))
+      // A segment compaction replaced meanwhile: the copy's checkpoint follows in this queue.
+      .then(() => (segment.retired ? undefined : writeEncodedIndex(segment.file, bytes, this.io)))
       .catch((error: unknown) => this.log(`Event log: could not write the index checkpoint of ${segment.file} (${errorMessage(error)}); the next open scans it`))
       .finally(done);
   }

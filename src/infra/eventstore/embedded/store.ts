@@ -103,7 +103,8 @@ export class EmbeddedStoreCore implements EventStore {
   protected readonly writes: WriteAvailability;
   protected closing = false;
   private changeWaiters: Array<() => void> = [];
-  private readonly checkpoints: CheckpointWriter;
+  /** Every index checkpoint written while the store runs (checkpoints.ts), a compacted copy's too. */
+  protected readonly checkpoints: CheckpointWriter;
   protected readonly recent = new RecentCommits();
   private readonly reader: LogReader;
 

@@ -325,6 +325,46 @@ describe('embedded log: a stop on a full disk after a failed write', () => {
   });
 });
 
+describe('embedded log: sealing a segment', () => {
+  it.each([
+    ['with its index checkpoint', false],
+    ['without its index checkpoint (scanned)', true],
+  ])('opens a sealed segment that still ends with its close room, as a crash between the creation of the next segment and the cut leaves it: %s', async (_, scanned) => {
+    const fs = new SimFs(new Rng(19));
+    const store = await simStore(fs, { segmentBytes: 600 });
+    for (let i = 0; i < 8; i++) await store.append('device-1', [newEvent(`E${i}`)], 'any');
+    await store.close();
+    fs.processExit();
+    expect(fs.list(DIR).filter((file) => file.name.endsWith('.log')).length).toBeGreaterThan(1);
+    const sealed = await fs.open(`${DIR}/events.log`, 'r+');
+    await sealed.write(Buffer.alloc(CLOSE_ROOM_SIZE), 0, CLOSE_ROOM_SIZE, fs.fileBytes(`${DIR}/events.log`).length);
+    await sealed.datasync();
+    await sealed.close();
+    if (scanned) await fs.unlink(`${DIR}/events.log.idx`);
+
+    const reopened = await simStore(fs, { segmentBytes: 600 });
+
+    expect(await types(reopened, 'device-1')).toEqual(['E0', 'E1', 'E2', 'E3', 'E4', 'E5', 'E6', 'E7']);
+    await reopened.close();
+  });
+
+  it('cuts the close room of a sealed segment once the next one exists', async () => {
+    const fs = new SimFs(new Rng(20));
+    const store = await simStore(fs, { segmentBytes: 600 });
+    for (let i = 0; i < 8; i++) await store.append('device-1', [newEvent(`E${i}`)], 'any');
+    await store.close();
+    const bases = fs
+      .list(DIR)
+      .filter((file) => file.name.endsWith('.log'))
+      .map((file) => (file.name === 'events.log' ? 0 : Number(/(\d{16})/.exec(file.name)?.[1])))
+      .sort((a, b) => a - b);
+
+    // The first segment ends exactly where the second begins (its base: the size of the first's records).
+    expect(bases.length).toBeGreaterThan(1);
+    expect(fs.fileBytes(`${DIR}/events.log`).length).toBe(bases[1]);
+  });
+});
+
 describe('embedded log: index checkpoints of the active segment while it runs', () => {
   /** Resolves once the active segment's checkpoint covers the whole of it (all but its close room), as its last commit left it. */
   async function checkpointCoversAll(fs: SimFs): Promise<void> {

@@ -25,8 +25,8 @@
  * Close room: the active segment's file always ends CLOSE_ROOM_SIZE bytes after its last
  * record (zeros, written with each group commit and kept by every cut), so that a clean close
  * writes its close record in place, into bytes the file already holds: it needs no new space
- * and is written on a full disk too. A sealed segment may keep its room (zeros or a close
- * record); open reads it as the end of the segment.
+ * and is written on a full disk too. Sealing cuts the room once the next segment exists; a
+ * sealed segment that still has one (a crash came in between) is read up to it.
  *
  * Close record (written into the room at a clean close, fsynced; the next group commit writes
  * over it, so it never sits in the middle of a log):

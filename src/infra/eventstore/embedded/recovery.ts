@@ -76,6 +76,13 @@ export async function keepCloseRoom(handle: StoreFile, size: number): Promise<vo
   await handle.truncate(size + CLOSE_ROOM_SIZE);
 }
 
+/** A segment that is no longer the active one ends at its last record: its close room is cut, durably. */
+export async function cutCloseRoom(segment: Segment): Promise<void> {
+  await segment.handle.truncate(segment.size);
+  await segment.handle.datasync();
+  segment.room = 0;
+}
+
 /** Creates a segment file with its header and close room, durably (the directory entry included). */
 export async function createSegmentFile(io: StoreIo, directory: string, header: SegmentHeader): Promise<StoreFile> {
   const handle = await io.open(path.join(directory, segmentFileName(header.base)), 'wx+');
@@ -145,9 +152,9 @@ async function sealedTable(io: StoreIo, handle: StoreFile, file: string, header:
 }
 
 /**
- * A sealed segment ends before its close room if it kept one (record-format.ts: zeros, or
- * the close record of a clean close after which the next append started a new segment);
- * segments of versions before the room end at their last record.
+ * A sealed segment ends at its last record, or before its close room (record-format.ts:
+ * zeros, or a close record) when a crash came after the next segment was created and before
+ * the room was cut.
  */
 async function sealedSegmentTable(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
   const roomAt = size - CLOSE_ROOM_SIZE;
@@ -284,9 +291,10 @@ async function createFirstSegment(io: StoreIo, directory: string): Promise<void>
 async function sealOversized(directory: string, full: { segment: Segment; table: SegmentTable }, pool: HandlePool): Promise<{ segment: Segment; table: SegmentTable }> {
   const { segment, table } = full;
   await writeSegmentIndex(segment.file, segment, table, false, pool.io);
-  segment.seal();
   const base = segment.base + segment.size;
   const handle = await createSegmentFile(pool.io, directory, { base, generation: 0 });
+  await cutCloseRoom(segment);
+  segment.seal();
   const next = new SegmentTable(base, SEGMENT_HEADER_SIZE);
   next.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
   return { segment: new Segment(directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, pool), table: next };

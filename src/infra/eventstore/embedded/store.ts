@@ -35,7 +35,7 @@ import {
 } from './record-format';
 import { LogReader } from './reads';
 import { positionAt, toRecordedEvent } from './recorded-event';
-import { createSegmentFile } from './recovery';
+import { createSegmentFile, cutCloseRoom } from './recovery';
 import { RecentCommits } from './recent-commits';
 import { Segment, type HandlePool } from './segment';
 import { maxAgeChangeOf } from './segment-scan';
@@ -374,13 +374,21 @@ export class EmbeddedStoreCore implements EventStore {
   private async startSegment(base: number): Promise<void> {
     const sealed = this.active();
     const sealedTable = this.activeTable;
-    // A sealed segment ends at its last append and its close room on disk too: nothing a
-    // failed write or a write probe left behind may be read later as damage in a sealed
-    // segment. (The room is kept, not cut: should the next segment not be created, on a
-    // full disk, this one stays active and a stop still has room for its close record.)
+    // Nothing a failed write or a write probe left behind may be read later as damage in a
+    // sealed segment: the file ends with its close room. The room is cut only once the next
+    // segment exists: should it not be created (a full disk), this one stays active and a
+    // stop still writes its close record there. (A crash in between leaves a sealed segment
+    // ending with its room, which open reads as its end.)
     await sealed.handle.truncate(sealed.size + CLOSE_ROOM_SIZE);
     await sealed.handle.datasync();
     const handle = await createSegmentFile(this.options.io, this.directory, { base, generation: 0 });
+    try {
+      await cutCloseRoom(sealed);
+    } catch (error) {
+      // The store fails: cutting back removes the new file and makes the room again.
+      await handle.close();
+      throw error;
+    }
     this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, this.pool)];
     this.activeTable = new SegmentTable(base, SEGMENT_HEADER_SIZE);
     this.activeTable.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));

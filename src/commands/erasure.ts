@@ -16,6 +16,7 @@ import { SESSIONS_COLLECTION, type SessionDoc } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
 import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
+import { wasErased } from './reservations';
 
 /**
  * Erasure of a person (decisions §11), by the CRM or by the person. In order:
@@ -32,13 +33,17 @@ import { handleCommand, loadAggregate, type Clock, type CommandContext } from '.
  *      it (the revocation reach, as deactivations do), so once it answers no process can still
  *      open the person's data from a cached key (the keys were gone from the store before
  *      `UserErased`, so a process reading them again finds nothing);
- *   5. their e-mail and CRM id are released, so a later sync creates a new user;
+ *   5. their e-mail and CRM id are released, so a later sync creates a new user (that they are
+ *      free follows from `UserErased` already: a claim that finds them held by an erased user
+ *      takes them over, src/commands/reservations.ts; the releases record it);
  *   6. `afterErasure` (embedded mode: a new start snapshot, so the old one, which held
  *      their read-model documents, is replaced on disk).
  * Every step is idempotent, so an erasure that failed half-way is finished by asking again:
  * before `UserErased` the person still exists and every step runs again; after it (a kill -9,
  * a snapshot write that failed), `finishErased` destroys the keys again, releases the CRM id
  * and replaces the start snapshot, also when the CRM asks again for a customer erased before.
+ * Their e-mail reservation, named by their address (gone with their key), is left held by the
+ * erased user when a kill -9 came before step 5: the next claim of that address takes it over.
  *
  * A data key of the person (or of a device linked to them) that is kept but damaged (it does
  * not open: DataKeyUnreadableError, a 503 everywhere else) does not block their erasure: what
@@ -140,7 +145,8 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
   /**
    * The steps after `UserErased`, done again for an erasure that stopped after it (a kill -9):
    * the keys destroyed (again), the CRM id released, the start snapshot replaced. Each is
-   * idempotent; the e-mail reservation is named by the address, which is gone by then (left).
+   * idempotent. The e-mail reservation is named by the address, which is gone by then: still
+   * held by the erased user, it is free all the same (the next claim takes it over).
    */
   const finishErased = async (userId: string, ctx: CommandContext): Promise<void> => {
     let syncId: number | null = null;
@@ -274,11 +280,4 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
       });
     },
   };
-}
-
-async function wasErased(store: EventStore, userId: string): Promise<boolean> {
-  for await (const recorded of store.readStream(userStream(userId), { direction: 'backwards', maxCount: 1 })) {
-    return recorded.type === 'UserErased';
-  }
-  return false;
 }

@@ -6,6 +6,7 @@ import { USER_MESSAGES, userDecider, type CrmFields, type ExistingUser } from '.
 import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { Watermark } from '../projections/watermark';
 import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
+import { claimReservation, liveOwner } from './reservations';
 
 export interface UserCommandDeps {
   readonly eventStore: EventStore;
@@ -69,12 +70,16 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
   const { eventStore, clock } = deps;
   const emailStream = deps.emailReservationStream ?? emailReservationStream;
 
-  /** Addresses claimed before reservation names were keyed stay claimed under the unkeyed name. */
+  /**
+   * Addresses claimed before reservation names were keyed stay claimed under the unkeyed name,
+   * unless their owner was erased (src/commands/reservations.ts).
+   */
   const assertLegacyEmailFree = async (email: string, userId: string): Promise<void> => {
     const legacy = emailReservationStream(email);
     if (legacy === emailStream(email)) return;
     const { state } = await loadAggregate(eventStore, emailReservation.evolve, emailReservation.initialState, legacy);
-    if (state.ownerId !== null && state.ownerId !== userId) throw new ConflictError(USER_MESSAGES.emailTakenBySyncId);
+    if (state.ownerId === null || state.ownerId === userId) return;
+    if ((await liveOwner(eventStore, state.ownerId)) !== null) throw new ConflictError(USER_MESSAGES.emailTakenBySyncId);
   };
 
   const releaseEmail = async (email: string, userId: string, ctx: CommandContext): Promise<void> => {
@@ -90,18 +95,23 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
     if (last !== undefined) await deps.watermark.waitFor(last, deps.readYourWritesTimeoutMs);
   };
 
-  /** The user id of a CRM customer: the one already claimed, or a new one claimed now. */
+  /**
+   * The user id of a CRM customer: the one already claimed, or a new one claimed now (also
+   * when the one claimed was erased: an erasure stopped before it released the CRM id).
+   */
   const userIdForCustomer = async (syncId: number, ctx: CommandContext): Promise<{ userId: string; position: GlobalPosition | null }> => {
     const stream = crmCustomerStream(syncId);
     const { state } = await loadAggregate(eventStore, crmReservation.evolve, crmReservation.initialState, stream);
-    if (state.ownerId !== null) return { userId: state.ownerId, position: null };
+    const owner = await liveOwner(eventStore, state.ownerId);
+    if (owner !== null) return { userId: owner, position: null };
     const candidate = randomUUID();
+    const claim = { ownerId: candidate, conflictMessage: 'customer claimed concurrently' };
     try {
       const claimed = await handleCommand(
         eventStore,
         crmReservation,
         stream,
-        { type: 'Claim', data: { ownerId: candidate, conflictMessage: 'customer claimed concurrently' } },
+        { type: 'Claim', data: state.ownerId === null ? claim : { ...claim, erasedOwnerId: state.ownerId } },
         ctx,
         clock,
       );
@@ -126,14 +136,7 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       // The e-mail is unique across users: claim it before the user takes it.
       if (previousEmail !== input.email) {
         await assertLegacyEmailFree(input.email, userId);
-        await handleCommand(
-          eventStore,
-          emailReservation,
-          emailStream(input.email),
-          { type: 'Claim', data: { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId } },
-          ctx,
-          clock,
-        );
+        await claimReservation(eventStore, emailReservation, emailStream(input.email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock);
       }
 
       const result = await handleCommand(

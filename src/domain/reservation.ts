@@ -13,7 +13,18 @@ export type ReservationEvent =
   | { readonly type: 'ReservationReleased'; readonly data: { readonly kind: ReservationKind; readonly ownerId: string } };
 
 export type ReservationCommand =
-  | { readonly type: 'Claim'; readonly data: { readonly ownerId: string; readonly conflictMessage: string } }
+  | {
+      readonly type: 'Claim';
+      readonly data: {
+        readonly ownerId: string;
+        readonly conflictMessage: string;
+        /**
+         * A former owner known to be erased (their stream ends with `UserErased`): still holding
+         * the value, it is released and the value claimed in the same append (decisions §11).
+         */
+        readonly erasedOwnerId?: string;
+      };
+    }
   | { readonly type: 'Release'; readonly data: { readonly ownerId: string } };
 
 export type ReservationKind = 'email' | 'crm-customer';
@@ -50,6 +61,12 @@ export function reservationDecider(kind: ReservationKind): Decider<ReservationSt
       switch (command.type) {
         case 'Claim':
           if (state.ownerId === command.data.ownerId) return [];
+          if (state.ownerId !== null && state.ownerId === command.data.erasedOwnerId) {
+            return [
+              { type: 'ReservationReleased', data: { kind, ownerId: state.ownerId } },
+              { type: 'ReservationClaimed', data: { kind, ownerId: command.data.ownerId } },
+            ];
+          }
           if (state.ownerId !== null) throw new ConflictError(command.data.conflictMessage);
           return [{ type: 'ReservationClaimed', data: { kind, ownerId: command.data.ownerId } }];
         case 'Release':

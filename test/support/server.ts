@@ -28,9 +28,15 @@ export const PROCESS_START_TIMEOUT_MS = 120_000;
 /** A test or hook that starts such processes: their start and some work of its own. */
 export const PROCESS_TEST_TIMEOUT_MS = PROCESS_START_TIMEOUT_MS + 60_000;
 
-export async function startServerProcess(env: Record<string, string>, timeoutMs = PROCESS_START_TIMEOUT_MS, prefix: readonly string[] = []): Promise<ServerProcess> {
+export async function startServerProcess(
+  env: Record<string, string>,
+  timeoutMs = PROCESS_START_TIMEOUT_MS,
+  prefix: readonly string[] = [],
+  imports: readonly string[] = [],
+): Promise<ServerProcess> {
   // `prefix`: a command that runs the service, e.g. `unshare --pid --fork` for a pid namespace of its own.
-  const command = [...prefix, process.execPath, '--import', 'tsx', join(ROOT, 'src', 'main.ts')];
+  // `imports`: modules loaded before the service, e.g. a fault at a point of its own (test/support/faults).
+  const command = [...prefix, process.execPath, '--import', 'tsx', ...imports.flatMap((file) => ['--import', file]), join(ROOT, 'src', 'main.ts')];
   const child: ChildProcess = spawn(command[0] as string, command.slice(1), {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env },

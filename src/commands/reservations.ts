@@ -1,0 +1,50 @@
+import { ConflictError } from '../domain/errors';
+import { userStream } from '../domain/events';
+import type { ReservationCommand, ReservationEvent, ReservationState } from '../domain/reservation';
+import type { Decider } from '../domain/messages';
+import type { EventStore } from '../infra/eventstore/port';
+import { handleCommand, loadAggregate, type Clock, type CommandContext, type HandledCommand } from './handler';
+
+/**
+ * Whether a user was erased: their stream ends with `UserErased`. Nothing is appended to a
+ * user's stream after it (a later sync of their CRM id creates a new user), so it stays true.
+ */
+export async function wasErased(store: EventStore, userId: string): Promise<boolean> {
+  for await (const recorded of store.readStream(userStream(userId), { direction: 'backwards', maxCount: 1 })) {
+    return recorded.type === 'UserErased';
+  }
+  return false;
+}
+
+/**
+ * The owner of a reservation, unless that owner was erased: the e-mail and the CRM id of an
+ * erased person are free (decisions §11) from the moment `UserErased` is in the log. The
+ * `ReservationReleased` the erasure appends after it may never come (a kill -9 in between),
+ * so what holds the value is a live owner, not the last claim.
+ */
+export async function liveOwner(store: EventStore, ownerId: string | null): Promise<string | null> {
+  return ownerId !== null && (await wasErased(store, ownerId)) ? null : ownerId;
+}
+
+/**
+ * Claims a reservation for `ownerId`; one still held by an erased user is released and claimed
+ * in one append (expected revision: a concurrent claim makes one of them re-decide). Any other
+ * owner: ConflictError with `conflictMessage`.
+ */
+export async function claimReservation(
+  store: EventStore,
+  decider: Decider<ReservationState, ReservationCommand, ReservationEvent>,
+  stream: string,
+  claim: { readonly ownerId: string; readonly conflictMessage: string },
+  ctx: CommandContext,
+  clock: Clock,
+): Promise<HandledCommand<ReservationState, ReservationEvent>> {
+  try {
+    return await handleCommand(store, decider, stream, { type: 'Claim', data: claim }, ctx, clock);
+  } catch (error) {
+    if (!(error instanceof ConflictError)) throw error;
+    const { state } = await loadAggregate(store, decider.evolve, decider.initialState, stream);
+    if (state.ownerId === null || state.ownerId === claim.ownerId || (await liveOwner(store, state.ownerId)) !== null) throw error;
+    return handleCommand(store, decider, stream, { type: 'Claim', data: { ...claim, erasedOwnerId: state.ownerId } }, ctx, clock);
+  }
+}

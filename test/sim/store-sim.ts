@@ -395,10 +395,20 @@ class World {
     const faults = this.fs.faults;
     this.fs.faults = { ...NO_FAULTS };
     try {
+      // Through a subscription, not a read: reads hide heartbeats older than $maxAge, and a
+      // failed heartbeat that is on disk after all must be seen (and adopted) however old.
       if (upTo === undefined || upTo > known.length) {
-        for await (const event of this.live.readStream(stream, { fromRevision: BigInt(known.length) })) {
-          if (upTo !== undefined && Number(event.revision) >= upTo) break;
-          beyond.push(event);
+        const after = known.at(-1)?.appendLast;
+        const subscription = this.live.subscribe({ ...(after === undefined ? {} : { fromPosition: { commit: after, prepare: after } }), streamPrefixes: [stream] });
+        try {
+          for await (const item of subscription) {
+            if (item.kind === 'caught-up') break;
+            if (item.event.streamName !== stream) continue;
+            if (upTo !== undefined && Number(item.event.revision) >= upTo) break;
+            beyond.push(item.event);
+          }
+        } finally {
+          await subscription.close();
         }
       }
     } finally {

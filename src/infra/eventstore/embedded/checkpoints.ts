@@ -9,6 +9,12 @@
  *
  * At a clean close the active segment gets its close record (record-format.ts), then its
  * checkpoint.
+ *
+ * While the store runs, every checkpoint goes through this one queue, that of a compacted
+ * copy too (compacted()): one writer per `X.idx` and its `X.idx.tmp`, so a sealed segment's
+ * checkpoint, still queued when compaction replaces the segment, can neither interleave with
+ * the copy's through the shared temporary file nor land after it; it is skipped once the
+ * segment it was encoded from is retired.
  */
 import { errorMessage, writeFully } from './files';
 import type { StoreIo } from './io';
@@ -45,6 +51,17 @@ export class CheckpointWriter {
     this.enqueue(segment, table, () => undefined);
   }
 
+  /**
+   * A compacted copy replaced a segment: its checkpoint (with file offsets), written after
+   * every checkpoint asked for before; rejects when it cannot be written.
+   */
+  compacted(copy: Segment, table: SegmentTable): Promise<void> {
+    const bytes = encodeSegmentIndex(copy, table, true);
+    const written = this.queue.then(() => writeEncodedIndex(copy.file, bytes, this.io));
+    this.queue = written.catch(() => undefined);
+    return written;
+  }
+
   /** Resolves once every checkpoint asked for is written (or failed). */
   settled(): Promise<void> {
     return this.queue;
@@ -59,8 +76,11 @@ export class CheckpointWriter {
 
   /**
    * Marks the clean close in the log itself: the next open refuses damage in what it vouches
-   * for instead of cutting it as a torn tail, even without the index checkpoint. When it
-   * cannot be written (a full disk), the next open treats the end of the log as after a crash.
+   * for instead of cutting it as a torn tail, even without the index checkpoint. It is written
+   * in place into the close room that every commit and cut keeps after the last record
+   * (record-format.ts), so a full disk does not stop it; only a failing disk (EIO) does, and
+   * then the next open treats the end of the log as after a crash (what the write left of it
+   * is cut there as a torn tail).
    */
   private async writeCloseRecord(active: Segment, table: SegmentTable): Promise<void> {
     const crc = table.coveredCrc;
@@ -70,14 +90,14 @@ export class CheckpointWriter {
       await active.handle.datasync();
     } catch (error) {
       this.log(`Event log: could not mark the clean close of ${active.file} (${errorMessage(error)}); the next open checks its end as after a crash`);
-      await active.handle.truncate(active.size).catch(() => undefined);
     }
   }
 
   private enqueue(segment: Segment, table: SegmentTable, done: () => void): void {
     const bytes = encodeSegmentIndex(segment, table);
     this.queue = this.queue
-      .then(() => writeEncodedIndex(segment.file, bytes, this.io))
+      // A segment compaction replaced meanwhile: the copy's checkpoint follows in this queue.
+      .then(() => (segment.retired ? undefined : writeEncodedIndex(segment.file, bytes, this.io)))
       .catch((error: unknown) => this.log(`Event log: could not write the index checkpoint of ${segment.file} (${errorMessage(error)}); the next open scans it`))
       .finally(done);
   }

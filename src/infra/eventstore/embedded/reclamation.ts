@@ -11,7 +11,6 @@ import { compactSegment, type CompactedSegment, type ReclaimRule, type RecordRew
 import type { LogIndex } from './log-index';
 import type { ResolvedOptions } from './options';
 import { locatorOf, Segment, segmentIndexAt, type HandlePool } from './segment';
-import { writeSegmentIndex } from './segment-index-file';
 import type { SegmentTable } from './segment-table';
 import { EmbeddedStoreCore } from './store';
 
@@ -188,7 +187,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
   }
 
   private totalBytes(): number {
-    return this.segments.reduce((sum, segment) => sum + segment.size, 0);
+    return this.segments.reduce((sum, segment) => sum + segment.size + segment.room, 0);
   }
 
   private async reclaimOnce(): Promise<ReclaimResult> {
@@ -231,7 +230,8 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     await this.options.compactionHook('renamed', segment.file);
     await this.options.io.syncDirectory(this.directory);
     await this.options.compactionHook('directory-synced', segment.file);
-    await writeSegmentIndex(segment.file, header, table, true, this.options.io);
+    // Through the store's one checkpoint queue: after the sealed segment's own, if still queued.
+    await this.checkpoints.compacted(segment, table);
     await this.options.compactionHook('index-written', segment.file);
   }
 }

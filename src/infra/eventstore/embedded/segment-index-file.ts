@@ -82,8 +82,8 @@ export async function writeSegmentIndex(segmentFile: string, segment: IndexedSeg
 }
 
 /** The checkpoint of the table as it is now (the table may grow meanwhile), to write later with writeEncodedIndex. */
-export function encodeSegmentIndex(segment: IndexedSegment, table: SegmentTable): Buffer {
-  return encodeIndex(segment, table, false);
+export function encodeSegmentIndex(segment: IndexedSegment, table: SegmentTable, withOffsets = false): Buffer {
+  return encodeIndex(segment, table, withOffsets);
 }
 
 export async function writeEncodedIndex(segmentFile: string, bytes: Buffer, io: StoreIo): Promise<void> {

@@ -22,10 +22,20 @@ import {
 import { writeFully } from './files';
 import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
-import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
+import {
+  CLOSE_ROOM_SIZE,
+  decodeEvent,
+  EMPTY_CLOSE_ROOM,
+  encodeRecord,
+  encodeSegmentHeader,
+  FLAG_END_OF_APPEND,
+  markFirstOfBatch,
+  SEGMENT_HEADER_SIZE,
+  setRecordPosition,
+} from './record-format';
 import { LogReader } from './reads';
 import { positionAt, toRecordedEvent } from './recorded-event';
-import { createSegmentFile } from './recovery';
+import { createSegmentFile, cutCloseRoom } from './recovery';
 import { RecentCommits } from './recent-commits';
 import { Segment, type HandlePool } from './segment';
 import { maxAgeChangeOf } from './segment-scan';
@@ -93,7 +103,8 @@ export class EmbeddedStoreCore implements EventStore {
   protected readonly writes: WriteAvailability;
   protected closing = false;
   private changeWaiters: Array<() => void> = [];
-  private readonly checkpoints: CheckpointWriter;
+  /** Every index checkpoint written while the store runs (checkpoints.ts), a compacted copy's too. */
+  protected readonly checkpoints: CheckpointWriter;
   protected readonly recent = new RecentCommits();
   private readonly reader: LogReader;
 
@@ -317,10 +328,13 @@ export class EmbeddedStoreCore implements EventStore {
       this.queue = split === -1 ? [] : this.queue.slice(split);
       try {
         if (base !== this.active().base) await this.startSegment(base);
-        const bytes = batch.length === 1 ? (batch[0] as PendingAppend).bytes : Buffer.concat(batch.map((a) => a.bytes));
+        // The batch, then an empty close room after it (record-format.ts), in one write: the
+        // file always holds the bytes a clean close writes its close record into.
+        const written = Buffer.concat([...batch.map((a) => a.bytes), EMPTY_CLOSE_ROOM]);
+        const bytes = written.subarray(0, written.length - CLOSE_ROOM_SIZE);
         markFirstOfBatch(bytes);
         const start = (batch[0] as PendingAppend).fileOffset;
-        await writeFully(this.active().handle, bytes, start);
+        await writeFully(this.active().handle, written, start);
         await this.active().handle.datasync();
         this.activeTable.coveredCrc = crc32(bytes, this.activeTable.coveredCrc ?? 0);
         this.recent.remember(base + start, bytes);
@@ -360,11 +374,21 @@ export class EmbeddedStoreCore implements EventStore {
   private async startSegment(base: number): Promise<void> {
     const sealed = this.active();
     const sealedTable = this.activeTable;
-    // A sealed segment ends exactly at its last append on disk too: nothing a failed write
-    // or a write probe left behind may be read later as damage in a sealed segment.
-    await sealed.handle.truncate(sealed.size);
+    // Nothing a failed write or a write probe left behind may be read later as damage in a
+    // sealed segment: the file ends with its close room. The room is cut only once the next
+    // segment exists: should it not be created (a full disk), this one stays active and a
+    // stop still writes its close record there. (A crash in between leaves a sealed segment
+    // ending with its room, which open reads as its end.)
+    await sealed.handle.truncate(sealed.size + CLOSE_ROOM_SIZE);
     await sealed.handle.datasync();
     const handle = await createSegmentFile(this.options.io, this.directory, { base, generation: 0 });
+    try {
+      await cutCloseRoom(sealed);
+    } catch (error) {
+      // The store fails: cutting back removes the new file and makes the room again.
+      await handle.close();
+      throw error;
+    }
     this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, this.pool)];
     this.activeTable = new SegmentTable(base, SEGMENT_HEADER_SIZE);
     this.activeTable.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));

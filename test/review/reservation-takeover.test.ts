@@ -1,5 +1,8 @@
-import { MODES, type Mode } from '../support/harness';
-import { serviceForBlock, seams, streamTypes, userIdOf } from './takeover-support';
+import { MongoClient } from 'mongodb';
+import { CREDENTIALS_COLLECTION } from '../../src/infra/credentials/mongo';
+import { USERS_COLLECTION, type UserDoc } from '../../src/projections/users';
+import { api, MODES, type Mode } from '../support/harness';
+import { customers, serviceForBlock, seams, streamTypes, userIdOf } from './takeover-support';
 
 /**
  * Decisions §11: once `POST /auth/erase-customer` has answered 200, the person is erased for
@@ -45,6 +48,35 @@ describe.each<Mode>(MODES)('erased addresses and CRM ids under review (%s mode)'
     }
   });
 
+  test('a CRM re-sync that found the customer before the erasure and folds their stream between UserErased and the release of the address leaves no two live users with one address', async () => {
+    const p = await crm().person('Twin');
+    const seam = seams(service());
+    try {
+      const resyncHeld = seam.holdRead(`user-${p.userId}`);
+      const resync = crm().sync(p.syncId, p.email, `${p.firstName}x`);
+      await resyncHeld.reached;
+      // The erasure has appended UserErased and is about to release the address.
+      const releaseHeld = seam.holdAppend('reservation-email-', 'ReservationReleased');
+      const erasing = crm().erase(p.syncId);
+      await releaseHeld.reached;
+      resyncHeld.open();
+      const resynced = await resync;
+      releaseHeld.open();
+      expect(await erasing).toMatchObject({ status: 200, body: { erased: true, userId: p.userId } });
+      const newcomer = await crm().sync(crm().nextId(), p.email, 'Newcomer');
+
+      const holders = await service().readStore.collection<UserDoc>(USERS_COLLECTION).find({ where: { email: p.email } });
+      expect(resynced.status).toBeLessThan(500);
+      expect({
+        newcomer: newcomer.status,
+        erasedStreamEndsWith: (await streamTypes(service(), `user-${p.userId}`)).at(-1),
+        liveUsersWithTheAddress: holders.length,
+      }).toEqual({ newcomer: 201, erasedStreamEndsWith: 'UserErased', liveUsersWithTheAddress: 1 });
+    } finally {
+      seam.restore();
+    }
+  });
+
   test('a CRM re-sync landing after the erasure destroyed the keys and before UserErased leaves nothing of the person readable in their stream', async () => {
     const p = await crm().person('Sealed');
     const seam = seams(service());
@@ -82,5 +114,36 @@ describe.each<Mode>(MODES)('erased addresses and CRM ids under review (%s mode)'
     expect((await crm().sync(crm().nextId(), p.email, 'Newcomer')).status).toBe(201);
     expect((await crm().sync(p.syncId, p.email, p.firstName)).status).toBe(409);
     expect(await crm().erase(p.syncId)).toMatchObject({ status: 200, body: { erased: true, userId: p.userId } });
+  });
+});
+
+/**
+ * A kept but damaged data key answers 503 for that person's reads only; everyone else's
+ * requests answer (README "Personal data", test/api/key-encryption-key.test.ts). The check
+ * "is the owner erased?" opens the owner's last event, so it fails on their damaged key.
+ */
+describe('a newcomer claiming the address of a live owner whose data key is damaged (distributed mode)', () => {
+  const { service, crm } = serviceForBlock('distributed', 4_000_000 + Math.floor(Math.random() * 1_000_000));
+
+  test('is refused with 409 (the address is taken), not a 503 about somebody else', async () => {
+    const owner = await crm().person('Damaged');
+    const client = await MongoClient.connect(service().env.MONGODB_URI ?? '');
+    try {
+      const keys = client.db().collection<{ _id: string; wrapped: string }>(CREDENTIALS_COLLECTION);
+      const kept = await keys.findOne({ _id: `key:user:${owner.userId}` });
+      const wrapped = kept?.wrapped ?? '';
+      await keys.updateOne({ _id: `key:user:${owner.userId}` }, { $set: { wrapped: `${wrapped.slice(0, 20)}${wrapped[20] === 'A' ? 'B' : 'A'}${wrapped.slice(21)}` } });
+    } finally {
+      await client.close();
+    }
+    // Another API process: it has not cached the owner's key.
+    const fresh = await service().startAnother();
+    try {
+      expect((await api(fresh, 'GET', '/users/me/export', { token: owner.token })).status).toBe(503);
+      const newcomer = await customers(fresh, crm().nextId() + 700_000).sync(crm().nextId(), owner.email, 'Newcomer');
+      expect(newcomer).toMatchObject({ status: 409, body: { success: false, code: 'CONFLICT' } });
+    } finally {
+      await fresh.stop();
+    }
   });
 });

@@ -1,6 +1,6 @@
 import { constants, promises as fs } from 'node:fs';
 import { join } from 'node:path';
-import { assertCredentialKey, assertHash, type CredentialStore, type StoredDataKey } from './port';
+import { assertCredentialKey, assertHash, DATA_KEY_TOMBSTONE, type CredentialStore, type StoredDataKey } from './port';
 
 /**
  * The embedded credential store: one JSON line per stored hash, appended to
@@ -193,13 +193,14 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
       });
       return kept;
     },
-    forget({ userId, dataKeySubjects }) {
+    forget({ userId, dataKeySubjects, tombstones = [] }) {
       if (closed) return Promise.reject(new Error('credential store is closed'));
       const work = tail.then(async () => {
         if (userId !== undefined) {
           for (const k of [...hashes.keys()]) if (k.startsWith(`${userId}\u0000`)) hashes.delete(k);
         }
         for (const subject of dataKeySubjects) dataKeys.delete(subject);
+        for (const subject of tombstones) dataKeys.set(subject, DATA_KEY_TOMBSTONE);
         await rewrite();
       });
       tail = work.catch(() => undefined);

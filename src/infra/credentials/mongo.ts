@@ -1,6 +1,6 @@
 import type { Collection } from 'mongodb';
 import { connectMongo } from '../mongo';
-import { assertCredentialKey, assertHash, type CredentialStore, type StoredDataKey } from './port';
+import { assertCredentialKey, assertHash, DATA_KEY_TOMBSTONE, type CredentialStore, type StoredDataKey } from './port';
 
 /**
  * The distributed credential store: the MongoDB collection `credentials`, one document per
@@ -55,10 +55,20 @@ export async function openMongoCredentialStore(
         return kept;
       }
     },
-    async forget({ userId, dataKeySubjects }) {
+    async forget({ userId, dataKeySubjects, tombstones = [] }) {
       if (userId !== undefined) await collection.deleteMany({ userId }, { writeConcern: WRITE_CONCERN });
-      if (dataKeySubjects.length > 0) {
-        await dataKeys.deleteMany({ _id: { $in: dataKeySubjects.map((s) => `key:${s}`) } }, { writeConcern: WRITE_CONCERN });
+      const removed = dataKeySubjects.filter((s) => !tombstones.includes(s));
+      if (removed.length > 0) {
+        await dataKeys.deleteMany({ _id: { $in: removed.map((s) => `key:${s}`) } }, { writeConcern: WRITE_CONCERN });
+      }
+      // Replaced in place: a key stored concurrently is overwritten, and a later insert of one
+      // finds the tombstone (duplicate key) and answers it.
+      for (const subject of tombstones) {
+        await dataKeys.replaceOne(
+          { _id: `key:${subject}` },
+          { keyId: DATA_KEY_TOMBSTONE.id, wrapped: DATA_KEY_TOMBSTONE.wrapped, storedAt: new Date() },
+          { upsert: true, writeConcern: WRITE_CONCERN },
+        );
       }
     },
     async put(userId, passwordVersion, hash) {

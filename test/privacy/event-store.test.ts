@@ -7,7 +7,7 @@ import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
 import type { EventStore, NewEvent, RecordedEvent } from '../../src/infra/eventstore/port';
 import { derivePrivacyKeys } from '../../src/privacy/crypto';
 import { createPrivateEventStore, openEventData } from '../../src/privacy/event-store';
-import { createKeyring, deviceSubject, userSubject, type Keyring } from '../../src/privacy/keyring';
+import { createKeyring, deviceSubject, SubjectErasedError, userSubject, type Keyring } from '../../src/privacy/keyring';
 import { ERASED } from '../../src/privacy/personal-fields';
 
 const USER = '11111111-2222-4333-8444-555555555555';
@@ -92,8 +92,13 @@ describe('personal fields sealed in the log (crypto-shredding)', () => {
     await store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { name: 'New household' }, source: 'user', updatedAt: meta.occurredAt })], 'any');
     const after = await readAll(store, `device-${DEVICE}`);
     expect(after.map((e) => (e.data as { changes: { name: string } }).changes.name)).toEqual([ERASED, 'New household']);
-    // The credentials file holds no wrapped key of the erased subjects any more.
-    expect(readFileSync(join(dir, 'credentials.jsonl'), 'utf8')).not.toContain(`user:${USER}`);
+    // The credentials file holds no wrapped key of the erased subjects any more: the person's
+    // subject only as a tombstone (ids are not personal data), the device's not at all.
+    const kept = readFileSync(join(dir, 'credentials.jsonl'), 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { k?: string });
+    expect(kept.filter((line) => line.k === `user:${USER}`)).toEqual([{ k: `user:${USER}`, i: 'erased', w: '' }]);
+    // And no key is made for the person again: what would be sealed for them is refused.
+    await expect(keyring.keyFor(userSubject(USER))).rejects.toBeInstanceOf(SubjectErasedError);
+    await expect(store.append(`user-${USER}`, [event('UserSynced', synced)], 'any')).rejects.toBeInstanceOf(SubjectErasedError);
   });
 
   test('a second process destroying the key is seen here once the cached key is evicted', async () => {

@@ -14,7 +14,7 @@ import { customers, serviceForBlock, seams, streamTypes, userIdOf } from './take
  * the other request has got that far (test/review/takeover-support.ts).
  */
 
-describe.each<Mode>(MODES)('erased addresses and CRM ids under review (%s mode)', (mode) => {
+describe.each<Mode>(MODES)('a CRM re-sync racing the erasure of the same customer, and erase-customer after a refused sync (%s mode)', (mode) => {
   const { service, crm } = serviceForBlock(mode, 3_000_000 + Math.floor(Math.random() * 1_000_000));
 
   test('a CRM re-sync that found the customer before the erasure and folds their stream after it does not bring the erased user back: the address is free and the customer erasable', async () => {
@@ -120,7 +120,8 @@ describe.each<Mode>(MODES)('erased addresses and CRM ids under review (%s mode)'
 /**
  * A kept but damaged data key answers 503 for that person's reads only; everyone else's
  * requests answer (README "Personal data", test/api/key-encryption-key.test.ts). The check
- * "is the owner erased?" opens the owner's last event, so it fails on their damaged key.
+ * "is the owner erased?" reads only the type of the owner's last event, never opening it, so it
+ * does not depend on their key.
  */
 describe('a newcomer claiming the address of a live owner whose data key is damaged (distributed mode)', () => {
   const { service, crm } = serviceForBlock('distributed', 4_000_000 + Math.floor(Math.random() * 1_000_000));

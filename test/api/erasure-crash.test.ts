@@ -109,10 +109,6 @@ describe.each<Mode>(MODES)('an erasure killed between UserErased and the release
 
     // Nothing of the person in the service's logs, and (embedded) their data key is gone from the key store.
     for (const output of [dying.output(), service.output()]) expect([email, firstName, deviceName].filter((s) => output.includes(s))).toEqual([]);
-    if (dir !== null) {
-      // Their subject only as a tombstone, no wrapped key (ids are not personal data).
-      const kept = readFileSync(join(dir, 'credentials.jsonl'), 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { k?: string });
-      expect(kept.filter((line) => line.k === `user:${person.id}`)).toEqual([{ k: `user:${person.id}`, i: 'erased', w: '' }]);
-    }
+    if (dir !== null) expect(readFileSync(join(dir, 'credentials.jsonl'), 'utf8')).not.toContain(`"user:${person.id}"`);
   }, 2 * PROCESS_TEST_TIMEOUT_MS);
 });

@@ -68,7 +68,7 @@ export function credentialStoreContract(
       await expect(store.get(operator, 1)).rejects.toThrow();
     });
 
-    it('keeps a tombstone in place of an erased subject\'s key: a key stored after it (or before it) is not kept, across a reopen', async () => {
+    it('keeps a tombstone in place of an erased subject\'s key: a key stored after it is not kept, across a reopen; a device\'s key is only removed', async () => {
       await store.putDataKey('user:erased', { id: 'k1', wrapped: 'wrapped-one' });
       await store.putDataKey('device:kept-apart', { id: 'k2', wrapped: 'wrapped-two' });
       await store.forget({ userId: 'erased', dataKeySubjects: ['user:erased', 'device:kept-apart'], tombstones: ['user:erased'] });
@@ -81,6 +81,8 @@ export function credentialStoreContract(
       store = await reopen();
       expect(await store.getDataKey('user:erased')).toEqual(DATA_KEY_TOMBSTONE);
       expect(await store.putDataKey('user:erased', { id: 'k5', wrapped: 'wrapped-five' })).toEqual(DATA_KEY_TOMBSTONE);
+      // Nothing else is named by a tombstone.
+      expect(await store.getDataKey('user:other')).toBeNull();
     });
 
     it('answers ping while open', async () => {

@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * The credential store port: password hashes, which never go into an event (decisions §2).
  * Adapters: a durable file in DATA_DIR (embedded mode) and a MongoDB collection
@@ -54,9 +56,18 @@ export interface StoredDataKey {
   readonly wrapped: string;
 }
 
-/** What a subject erased for good keeps in place of its key: no key, and none to be made. */
+/**
+ * What a subject erased for good keeps in place of its key: no key, and none to be made. Kept as
+ * the record of another name (tombstoneSubject), so the store holds nothing under the subject
+ * itself, and a store written by an earlier version reads it as one more key it never asks for.
+ */
 export const DATA_KEY_TOMBSTONE: StoredDataKey = { id: 'erased', wrapped: '' };
 
 export function isTombstone(stored: StoredDataKey): boolean {
   return stored.id === DATA_KEY_TOMBSTONE.id && stored.wrapped === DATA_KEY_TOMBSTONE.wrapped;
+}
+
+/** The name a subject's tombstone is kept under: a hash, naming no subject. */
+export function tombstoneSubject(subject: string): string {
+  return `erased:${createHash('sha256').update(subject).digest('hex')}`;
 }

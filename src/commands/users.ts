@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { ConflictError } from '../domain/errors';
 import { userStream } from '../domain/events';
 import { crmCustomerStream, emailReservationStream, reservationDecider } from '../domain/reservation';
-import { USER_MESSAGES, userDecider, type CrmFields, type ExistingUser, type UserEvent, type UserState } from '../domain/user';
+import { USER_MESSAGES, userDecider, UserErasedError, type CrmFields, type ExistingUser, type UserEvent, type UserState } from '../domain/user';
 import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { Watermark } from '../projections/watermark';
 import { SubjectErasedError } from '../privacy/keyring';
@@ -148,7 +148,7 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
       // Found live above and erased since: the user is gone (their stream takes nothing more);
       // refused before anything is claimed for them. A sync made now creates a new user.
-      if (!before.state.exists && before.state.erased === true) throw new ConflictError(USER_MESSAGES.erasedConcurrently);
+      if (!before.state.exists && before.state.erased === true) throw new UserErasedError();
       const previousEmail = before.state.exists ? before.state.email : null;
 
       // The e-mail is unique across users: claim it before the user takes it.
@@ -162,9 +162,9 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       const result = await syncUser(userId, input, now, ctx).catch(async (error: unknown) => {
         // Erased while this sync ran (their stream ends with UserErased, or their data key is
         // destroyed for good): refused, and the address this sync claimed for them freed.
-        if (!(error instanceof SubjectErasedError) && !(error instanceof ConflictError && error.message === USER_MESSAGES.erasedConcurrently)) throw error;
+        if (!(error instanceof SubjectErasedError) && !(error instanceof UserErasedError)) throw error;
         if (claimedEmail) await releaseEmail(input.email, userId, ctx);
-        throw new ConflictError(USER_MESSAGES.erasedConcurrently);
+        throw new UserErasedError();
       });
 
       if (previousEmail !== null && previousEmail !== input.email) await releaseEmail(previousEmail, userId, ctx);

@@ -28,6 +28,14 @@ export const USER_MESSAGES = {
   erasedConcurrently: 'The customer was erased concurrently, please retry',
 } as const;
 
+/** A command that would append to an erased user's stream (409): the user is gone. */
+export class UserErasedError extends ConflictError {
+  constructor() {
+    super(USER_MESSAGES.erasedConcurrently);
+    this.name = 'UserErasedError';
+  }
+}
+
 export type UserRole = 'user' | 'admin';
 
 /** `admin` when the e-mail is listed in ADMIN_EMAILS (compared case-insensitively). */
@@ -267,7 +275,7 @@ function decideSync(command: SyncCustomer, state: UserState): UserEvent[] {
   const c = command.data;
 
   // A sync that found this user live and decides after their erasure: the user is gone.
-  if (!state.exists && state.erased === true) throw new ConflictError(USER_MESSAGES.erasedConcurrently);
+  if (!state.exists && state.erased === true) throw new UserErasedError();
   if (!state.exists) {
     const crm = mergeCrm(EMPTY_CRM, c.crm);
     const events: UserEvent[] = [

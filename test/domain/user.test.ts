@@ -12,6 +12,7 @@ import {
   type UserErased,
   type UserSynced,
   USER_MESSAGES,
+  UserErasedError,
   roleForEmail,
   userDecider,
 } from '../../src/domain/user';
@@ -215,8 +216,8 @@ describe('an erased user', () => {
   const erased: UserErased = { type: 'UserErased', data: { userId, syncId: 1001, reason: 'crm', devices: [], erasedAt: T1 } };
 
   it('takes nothing more: a sync of them (decided after UserErased) is refused, their stream ends with UserErased', () => {
-    user.given([created(), erased]).when(sync({ now: T2 })).thenThrows(ConflictError, USER_MESSAGES.erasedConcurrently);
-    user.given([created(), erased]).when(sync({ firstName: 'Janet', active: false, now: T2 })).thenThrows(ConflictError, USER_MESSAGES.erasedConcurrently);
+    user.given([created(), erased]).when(sync({ now: T2 })).thenThrows(UserErasedError, USER_MESSAGES.erasedConcurrently);
+    user.given([created(), erased]).when(sync({ firstName: 'Janet', active: false, now: T2 })).thenThrows(UserErasedError, USER_MESSAGES.erasedConcurrently);
   });
 
   it('is not erased twice, and no other command of theirs appends', () => {

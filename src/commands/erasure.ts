@@ -16,7 +16,7 @@ import { SESSIONS_COLLECTION, type SessionDoc } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
 import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
-import { wasErased } from './reservations';
+import { userStatus, wasErased } from './reservations';
 
 /**
  * Erasure of a person (decisions §11), by the CRM or by the person. In order:
@@ -240,27 +240,30 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
 
   return {
     async eraseCustomer(syncId, ctx) {
-      const stream = crmCustomerStream(syncId);
-      let owner: string | null = null;
-      let lastReleased: string | null = null;
-      for await (const recorded of eventStore.readStream(stream)) {
+      // Everyone who held the CRM id, the latest first; `held`: who holds it now.
+      const holders: string[] = [];
+      let held: string | null = null;
+      for await (const recorded of eventStore.readStream(crmCustomerStream(syncId))) {
         const event = { type: recorded.type, data: recorded.data } as Parameters<typeof crmReservation.evolve>[1];
-        if (event.type === 'ReservationClaimed') owner = event.data.ownerId;
-        else if (event.data.ownerId === owner) {
-          owner = null;
-          lastReleased = event.data.ownerId;
+        if (event.type === 'ReservationClaimed') {
+          held = event.data.ownerId;
+          holders.unshift(held);
+        } else if (event.data.ownerId === held) held = null;
+      }
+      // Only a user who exists, or was erased, is this customer: an id claimed by a sync that was
+      // refused (the address taken) never became a user. One who held the CRM id before is the
+      // customer only if erased (the same answer again); what an erasure that stopped after
+      // `UserErased` left undone is done now (each step idempotent).
+      for (const userId of new Set(holders)) {
+        const status = await userStatus(eventStore, userId);
+        if (status === 'erased') {
+          await finishErased(userId, ctx);
+          return { userId };
         }
-      }
-      if (owner !== null) {
-        const erased = owner;
-        await despiteDamagedKeys(erased, (knownEmail) => erase(erased, 'crm', ctx, knownEmail));
-        return { userId: erased };
-      }
-      // Erased before: the same answer again, if that user really was erased (not merely renumbered).
-      // What an erasure that stopped after `UserErased` left undone is done now (each step idempotent).
-      if (lastReleased !== null && (await wasErased(eventStore, lastReleased))) {
-        await finishErased(lastReleased, ctx);
-        return { userId: lastReleased };
+        if (status === 'live' && userId === held) {
+          await despiteDamagedKeys(userId, (knownEmail) => erase(userId, 'crm', ctx, knownEmail));
+          return { userId };
+        }
       }
       throw new NotFoundError(USER_MESSAGES.notFound);
     },

@@ -6,14 +6,23 @@ import type { EventStore } from '../infra/eventstore/port';
 import { handleCommand, loadAggregate, type Clock, type CommandContext, type HandledCommand } from './handler';
 
 /**
- * Whether a user was erased: their stream ends with `UserErased`. Nothing is appended to a
- * user's stream after it (a later sync of their CRM id creates a new user), so it stays true.
+ * Whether a user exists (`live`), was erased (their stream ends with `UserErased`) or never was
+ * (`none`: no stream; an id claimed by a sync that was refused). Nothing is appended to a user's
+ * stream after `UserErased` (the user decider refuses it; a later sync of their CRM id creates a
+ * new user), so `erased` stays true. Only the type of the last event is read: it is not opened,
+ * so the answer never depends on the user's data key (a damaged one answers 503 for their own
+ * reads only).
  */
-export async function wasErased(store: EventStore, userId: string): Promise<boolean> {
-  for await (const recorded of store.readStream(userStream(userId), { direction: 'backwards', maxCount: 1 })) {
-    return recorded.type === 'UserErased';
+export async function userStatus(store: EventStore, userId: string): Promise<'live' | 'erased' | 'none'> {
+  for await (const recorded of store.readStream(userStream(userId), { direction: 'backwards', maxCount: 1, sealed: true })) {
+    return recorded.type === 'UserErased' ? 'erased' : 'live';
   }
-  return false;
+  return 'none';
+}
+
+/** Whether a user was erased (userStatus). */
+export async function wasErased(store: EventStore, userId: string): Promise<boolean> {
+  return (await userStatus(store, userId)) === 'erased';
 }
 
 /**

@@ -2,10 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { ConflictError } from '../domain/errors';
 import { userStream } from '../domain/events';
 import { crmCustomerStream, emailReservationStream, reservationDecider } from '../domain/reservation';
-import { USER_MESSAGES, userDecider, type CrmFields, type ExistingUser } from '../domain/user';
+import { USER_MESSAGES, userDecider, UserErasedError, type CrmFields, type ExistingUser, type UserEvent, type UserState } from '../domain/user';
 import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { Watermark } from '../projections/watermark';
-import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
+import { SubjectErasedError } from '../privacy/keyring';
+import { handleCommand, loadAggregate, type Clock, type CommandContext, type HandledCommand } from './handler';
 import { claimReservation, liveOwner } from './reservations';
 
 export interface UserCommandDeps {
@@ -125,40 +126,46 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
     }
   };
 
+  /** The user's stream decides the sync (expected revision: a concurrent append re-decides). */
+  const syncUser = (userId: string, input: SyncCustomerInput, now: string, ctx: CommandContext): Promise<HandledCommand<UserState, UserEvent>> =>
+    handleCommand(
+      eventStore,
+      userDecider,
+      userStream(userId),
+      {
+        type: 'SyncCustomer',
+        data: { userId, syncId: input.id, email: input.email, firstName: input.first_name, lastName: input.last_name, active: input.active, crm: crmFields(input), now },
+      },
+      ctx,
+      clock,
+    );
+
   return {
     releaseEmail,
     async syncCustomer(input, ctx) {
       const now = clock.now().toISOString();
       const { userId, position: claimPosition } = await userIdForCustomer(input.id, ctx);
       const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
+      // Found live above and erased since: the user is gone (their stream takes nothing more);
+      // refused before anything is claimed for them. A sync made now creates a new user.
+      if (!before.state.exists && before.state.erased === true) throw new UserErasedError();
       const previousEmail = before.state.exists ? before.state.email : null;
 
       // The e-mail is unique across users: claim it before the user takes it.
+      let claimedEmail = false;
       if (previousEmail !== input.email) {
         await assertLegacyEmailFree(input.email, userId);
-        await claimReservation(eventStore, emailReservation, emailStream(input.email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock);
+        const claimed = await claimReservation(eventStore, emailReservation, emailStream(input.email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock);
+        claimedEmail = claimed.events.length > 0;
       }
 
-      const result = await handleCommand(
-        eventStore,
-        userDecider,
-        userStream(userId),
-        {
-          type: 'SyncCustomer',
-          data: {
-            userId,
-            syncId: input.id,
-            email: input.email,
-            firstName: input.first_name,
-            lastName: input.last_name,
-            active: input.active,
-            crm: crmFields(input),
-            now,
-          },
-        },
-        ctx,
-        clock,
-      );
+      const result = await syncUser(userId, input, now, ctx).catch(async (error: unknown) => {
+        // Erased while this sync ran (their stream ends with UserErased, or their data key is
+        // destroyed for good): refused, and the address this sync claimed for them freed.
+        if (!(error instanceof SubjectErasedError) && !(error instanceof UserErasedError)) throw error;
+        if (claimedEmail) await releaseEmail(input.email, userId, ctx);
+        throw new UserErasedError();
+      });
 
       if (previousEmail !== null && previousEmail !== input.email) await releaseEmail(previousEmail, userId, ctx);
 

@@ -24,7 +24,17 @@ export const USER_MESSAGES = {
   inactive: 'Account is inactive',
   emailTakenBySyncId: 'Email already exists with a different sync_id',
   invalidResetToken: 'Invalid or expired reset token',
+  /** A sync of a customer whose user was erased while the sync ran: a sync made now creates a new user. */
+  erasedConcurrently: 'The customer was erased concurrently, please retry',
 } as const;
+
+/** A command that would append to an erased user's stream (409): the user is gone. */
+export class UserErasedError extends ConflictError {
+  constructor() {
+    super(USER_MESSAGES.erasedConcurrently);
+    this.name = 'UserErasedError';
+  }
+}
 
 export type UserRole = 'user' | 'admin';
 
@@ -87,7 +97,11 @@ export interface ExistingUser {
   readonly pendingReset: PendingReset | null;
 }
 
-export type UserState = { readonly exists: false } | ExistingUser;
+/**
+ * No user: never created, or erased (`erased`: the stream ends with `UserErased`). Nothing is
+ * ever appended to an erased user's stream again; a later sync of their CRM id creates a new user.
+ */
+export type UserState = { readonly exists: false; readonly erased?: true } | ExistingUser;
 
 // ---------------------------------------------------------------------------------------
 // Commands
@@ -260,6 +274,8 @@ function sameProfile(a: UserProfile, b: UserProfile): boolean {
 function decideSync(command: SyncCustomer, state: UserState): UserEvent[] {
   const c = command.data;
 
+  // A sync that found this user live and decides after their erasure: the user is gone.
+  if (!state.exists && state.erased === true) throw new UserErasedError();
   if (!state.exists) {
     const crm = mergeCrm(EMPTY_CRM, c.crm);
     const events: UserEvent[] = [
@@ -483,7 +499,7 @@ export function evolveUser(state: UserState, event: UserEvent): UserState {
     case 'EmailVerified':
       return { ...state, isEmailVerified: true, updatedAt: event.data.verifiedAt };
     case 'UserErased':
-      return { exists: false };
+      return { exists: false, erased: true };
     default: {
       const _exhaustive: never = event;
       return _exhaustive;

@@ -145,6 +145,7 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
       return inner.append(streamName, sealed, expected);
     },
     readStream(streamName: string, options?: ReadStreamOptions): AsyncIterable<RecordedEvent> {
+      if (options?.sealed === true) return inner.readStream(streamName, options);
       return mapIterable(inner.readStream(streamName, options), needsOpening, (event) => openRecorded(event));
     },
     subscribe(options?: SubscribeOptions): Subscription {

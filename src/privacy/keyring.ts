@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { CredentialStore } from '../infra/credentials/port';
+import { isTombstone, type CredentialStore, type StoredDataKey } from '../infra/credentials/port';
+import { ConflictError } from '../domain/errors';
 import { newDataKey, open, seal } from './crypto';
 
 /**
@@ -8,7 +9,10 @@ import { newDataKey, open, seal } from './crypto';
  * wrapped by the key-encryption key. A sealed field names the key it was sealed with as
  * `<subject>#<id>`: once a subject's key is destroyed, its boxes open with nothing, and a key
  * made later for the same subject (a device registered again after its household was
- * erased) has another id, so it never opens the older boxes either.
+ * erased) has another id, so it never opens the older boxes either. A person's key destroyed
+ * by their erasure leaves a tombstone instead: no key is ever made for them again, so nothing
+ * sealed for them after the erasure destroyed their key (a sync or a login racing it) can
+ * outlive it (SubjectErasedError).
  */
 
 export interface DataKey {
@@ -22,7 +26,10 @@ export interface Keyring {
   keyFor(subject: string): Promise<DataKey>;
   /** The key a box names, or null when it was destroyed (for opening). */
   keyById(keyId: string): Promise<Buffer | null>;
-  /** Destroys the keys of these subjects and forgets them in this process. */
+  /**
+   * Destroys the keys of these subjects and forgets them in this process. With `userId` (an
+   * erasure of that person), their own subject keeps a tombstone: `keyFor` refuses it from then on.
+   */
   destroy(subjects: readonly string[], userId?: string): Promise<void>;
   /** Forgets what this process holds of a subject (another process destroyed it). */
   evict(subject: string): void;
@@ -52,6 +59,17 @@ export class DataKeyUnreadableError extends Error {
   constructor(readonly subject: string) {
     super(`The data key of ${subject} is kept but does not open with DATA_KEY_ENCRYPTION_KEY (damaged)`);
     this.name = 'DataKeyUnreadableError';
+  }
+}
+
+/**
+ * A key asked for a subject erased for good (a tombstone in the key store): whatever was to be
+ * sealed under it belongs to a person who is gone. A conflict with the erasure (409).
+ */
+export class SubjectErasedError extends ConflictError {
+  constructor(readonly subject: string) {
+    super(`${subject} was erased`);
+    this.name = 'SubjectErasedError';
   }
 }
 
@@ -99,15 +117,16 @@ const MAX_CACHED = 50_000;
 const RECHECK_MS = 1000;
 
 export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, now: () => number = Date.now): Keyring {
-  // Per subject: its current key, or null when it has none (destroyed or never made).
-  const cache = new Map<string, { readonly key: DataKey | null; readonly at: number }>();
+  // Per subject: its current key, or null when it has none (destroyed or never made), and
+  // whether the store keeps a tombstone for it.
+  const cache = new Map<string, { readonly key: DataKey | null; readonly erased: boolean; readonly at: number }>();
   const making = new Map<string, Promise<DataKey>>();
   // Per key id: when a store read made for it last found it gone (destroyed).
   const confirmedAbsent = new Map<string, number>();
 
-  const remember = (subject: string, key: DataKey | null): void => {
+  const remember = (subject: string, key: DataKey | null, erased = false): void => {
     cache.delete(subject);
-    cache.set(subject, { key, at: now() });
+    cache.set(subject, { key, erased, at: now() });
     if (cache.size > MAX_CACHED) cache.delete(cache.keys().next().value as string);
   };
 
@@ -117,13 +136,33 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
 
   const load = async (subject: string): Promise<DataKey | null> => {
     const cached = cache.get(subject);
-    if (cached !== undefined && now() - cached.at < CACHE_MS) return cached.key;
+    if (cached !== undefined && now() - cached.at < CACHE_MS) {
+      if (cached.erased) throw new SubjectErasedError(subject);
+      return cached.key;
+    }
     const evicted = evictions.get(subject);
     const stored = await store.getDataKey(subject);
     if (evictions.get(subject) !== evicted) return load(subject);
+    return kept(subject, stored);
+  };
+  /** What the store keeps for a subject, remembered: its key, null, or SubjectErasedError. */
+  const kept = (subject: string, stored: StoredDataKey | null): DataKey | null => {
+    if (stored !== null && isTombstone(stored)) {
+      remember(subject, null, true);
+      throw new SubjectErasedError(subject);
+    }
     const key = stored === null ? null : unwrap(subject, stored.id, stored.wrapped);
     remember(subject, key);
     return key;
+  };
+  /** The subject's key for opening a box: null when destroyed (a tombstone too). */
+  const loadForOpening = async (subject: string): Promise<DataKey | null> => {
+    try {
+      return await load(subject);
+    } catch (error) {
+      if (error instanceof SubjectErasedError) return null;
+      throw error;
+    }
   };
   const evict = (subject: string): void => {
     cache.delete(subject);
@@ -139,9 +178,8 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
   const make = async (subject: string): Promise<DataKey> => {
     const key = newDataKey();
     const id = randomBytes(6).toString('hex');
-    const kept = await store.putDataKey(subject, { id, wrapped: seal(keyEncryptionKey, key, subject) });
-    const dataKey = unwrap(subject, kept.id, kept.wrapped);
-    remember(subject, dataKey);
+    const dataKey = kept(subject, await store.putDataKey(subject, { id, wrapped: seal(keyEncryptionKey, key, subject) }));
+    if (dataKey === null) throw new Error(`the key store kept no key for ${subject}`);
     return dataKey;
   };
 
@@ -158,7 +196,7 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
     },
     async keyById(keyId) {
       const subject = subjectOfKeyId(keyId);
-      let key = await load(subject);
+      let key = await loadForOpening(subject);
       if (key === null || key.keyId !== keyId) {
         // A box names a key that was stored before the box was written: what this process
         // cached before may predate it (another process made the key a moment ago, as when two
@@ -167,7 +205,7 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
         const checked = confirmedAbsent.get(keyId);
         if (checked === undefined || now() - checked >= RECHECK_MS) {
           cache.delete(subject);
-          key = await load(subject);
+          key = await loadForOpening(subject);
           if (key === null || key.keyId !== keyId) {
             confirmedAbsent.delete(keyId);
             confirmedAbsent.set(keyId, now());
@@ -178,10 +216,11 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
       return key !== null && key.keyId === keyId ? key.key : null;
     },
     async destroy(subjects, userId) {
-      await store.forget({ ...(userId !== undefined ? { userId } : {}), dataKeySubjects: subjects });
+      const tombstones = userId !== undefined && subjects.includes(userSubject(userId)) ? [userSubject(userId)] : [];
+      await store.forget({ ...(userId !== undefined ? { userId } : {}), dataKeySubjects: subjects, tombstones });
       for (const subject of subjects) {
         evict(subject);
-        remember(subject, null);
+        remember(subject, null, tombstones.includes(subject));
       }
     },
     evict,

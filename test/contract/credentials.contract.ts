@@ -1,4 +1,4 @@
-import type { CredentialStore } from '../../src/infra/credentials/port';
+import { DATA_KEY_TOMBSTONE, type CredentialStore } from '../../src/infra/credentials/port';
 
 /**
  * The credential-store contract, run against every adapter: a hash per (user, version),
@@ -66,6 +66,23 @@ export function credentialStoreContract(
       const operator = { $gt: '' } as unknown as string;
       await expect(store.put(operator, 1, 'h')).rejects.toThrow();
       await expect(store.get(operator, 1)).rejects.toThrow();
+    });
+
+    it('keeps a tombstone in place of an erased subject\'s key: a key stored after it is not kept, across a reopen; a device\'s key is only removed', async () => {
+      await store.putDataKey('user:erased', { id: 'k1', wrapped: 'wrapped-one' });
+      await store.putDataKey('device:kept-apart', { id: 'k2', wrapped: 'wrapped-two' });
+      await store.forget({ userId: 'erased', dataKeySubjects: ['user:erased', 'device:kept-apart'], tombstones: ['user:erased'] });
+      expect(await store.getDataKey('user:erased')).toEqual(DATA_KEY_TOMBSTONE);
+      expect(await store.putDataKey('user:erased', { id: 'k3', wrapped: 'wrapped-three' })).toEqual(DATA_KEY_TOMBSTONE);
+      // A device registered again gets a new key: no tombstone for it.
+      expect(await store.getDataKey('device:kept-apart')).toBeNull();
+      expect(await store.putDataKey('device:kept-apart', { id: 'k4', wrapped: 'wrapped-four' })).toEqual({ id: 'k4', wrapped: 'wrapped-four' });
+      await store.close();
+      store = await reopen();
+      expect(await store.getDataKey('user:erased')).toEqual(DATA_KEY_TOMBSTONE);
+      expect(await store.putDataKey('user:erased', { id: 'k5', wrapped: 'wrapped-five' })).toEqual(DATA_KEY_TOMBSTONE);
+      // Nothing else is named by a tombstone.
+      expect(await store.getDataKey('user:other')).toBeNull();
     });
 
     it('answers ping while open', async () => {

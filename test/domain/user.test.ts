@@ -9,7 +9,10 @@ import {
   type SyncCustomer,
   type UserCommand,
   type UserEvent,
+  type UserErased,
   type UserSynced,
+  USER_MESSAGES,
+  UserErasedError,
   roleForEmail,
   userDecider,
 } from '../../src/domain/user';
@@ -206,6 +209,21 @@ describe('SyncCustomer', () => {
     expect(afterDeactivation.exists && afterDeactivation.isActive).toBe(false);
     const afterReactivation = user.given([created(), deactivated()]).when(sync({ now: T2 })).result().state;
     expect(afterReactivation.exists && afterReactivation.isActive).toBe(true);
+  });
+});
+
+describe('an erased user', () => {
+  const erased: UserErased = { type: 'UserErased', data: { userId, syncId: 1001, reason: 'crm', devices: [], erasedAt: T1 } };
+
+  it('takes nothing more: a sync of them (decided after UserErased) is refused, their stream ends with UserErased', () => {
+    user.given([created(), erased]).when(sync({ now: T2 })).thenThrows(UserErasedError, USER_MESSAGES.erasedConcurrently);
+    user.given([created(), erased]).when(sync({ firstName: 'Janet', active: false, now: T2 })).thenThrows(UserErasedError, USER_MESSAGES.erasedConcurrently);
+  });
+
+  it('is not erased twice, and no other command of theirs appends', () => {
+    user.given([created(), erased]).when({ type: 'EraseUser', data: { userId, reason: 'self', devices: [], now: T2 } }).thenNothing();
+    user.given([created(), erased]).when({ type: 'RequestPasswordReset', data: { userId, resetTokenHash: 'h', now: T2 } }).thenNothing();
+    user.given([created(), erased]).when({ type: 'ChangePassword', data: { userId, now: T2 } }).thenThrows(NotFoundError, USER_MESSAGES.notFound);
   });
 });
 

@@ -7,7 +7,7 @@ import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
 import type { EventStore, NewEvent, RecordedEvent } from '../../src/infra/eventstore/port';
 import { derivePrivacyKeys } from '../../src/privacy/crypto';
 import { createPrivateEventStore, openEventData } from '../../src/privacy/event-store';
-import { createKeyring, deviceSubject, userSubject, type Keyring } from '../../src/privacy/keyring';
+import { createKeyring, deviceSubject, SubjectErasedError, userSubject, type Keyring } from '../../src/privacy/keyring';
 import { ERASED } from '../../src/privacy/personal-fields';
 
 const USER = '11111111-2222-4333-8444-555555555555';
@@ -94,6 +94,12 @@ describe('personal fields sealed in the log (crypto-shredding)', () => {
     expect(after.map((e) => (e.data as { changes: { name: string } }).changes.name)).toEqual([ERASED, 'New household']);
     // The credentials file holds no wrapped key of the erased subjects any more.
     expect(readFileSync(join(dir, 'credentials.jsonl'), 'utf8')).not.toContain(`user:${USER}`);
+    // No key is made for the erased person again (their subject keeps a tombstone): what would
+    // be sealed for them is refused. A device registered again did get a new key, above.
+    await expect(keyring.keyFor(userSubject(USER))).rejects.toBeInstanceOf(SubjectErasedError);
+    await expect(store.append(`user-${USER}`, [event('UserSynced', synced)], 'any')).rejects.toBeInstanceOf(SubjectErasedError);
+    const fresh = createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
+    await expect(fresh.keyFor(userSubject(USER))).rejects.toBeInstanceOf(SubjectErasedError);
   });
 
   test('a second process destroying the key is seen here once the cached key is evicted', async () => {

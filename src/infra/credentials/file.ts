@@ -1,6 +1,6 @@
 import { constants, promises as fs } from 'node:fs';
 import { join } from 'node:path';
-import { assertCredentialKey, assertHash, type CredentialStore, type StoredDataKey } from './port';
+import { assertCredentialKey, assertHash, DATA_KEY_TOMBSTONE, isTombstone, tombstoneSubject, type CredentialStore, type StoredDataKey } from './port';
 
 /**
  * The embedded credential store: one JSON line per stored hash, appended to
@@ -177,33 +177,43 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
     end = bytes.length;
   };
 
+  /** The subject's key, its tombstone, or undefined. */
+  const keptFor = (subject: string): StoredDataKey | undefined => dataKeys.get(subject) ?? (dataKeys.has(tombstoneSubject(subject)) ? DATA_KEY_TOMBSTONE : undefined);
+
+  const forgetKeys = (subjects: readonly string[], tombstones: readonly string[], userId?: string): Promise<void> => {
+    const work = tail.then(async () => {
+      if (userId !== undefined) {
+        for (const k of [...hashes.keys()]) if (k.startsWith(`${userId}\u0000`)) hashes.delete(k);
+      }
+      for (const subject of [...subjects, ...tombstones]) dataKeys.delete(subject);
+      for (const subject of tombstones) dataKeys.set(tombstoneSubject(subject), DATA_KEY_TOMBSTONE);
+      await rewrite();
+    });
+    tail = work.catch(() => undefined);
+    return work;
+  };
+
   return {
     getDataKey(subject) {
-      return Promise.resolve(dataKeys.get(subject) ?? null);
+      return Promise.resolve(keptFor(subject) ?? null);
     },
     async putDataKey(subject, stored) {
-      const known = dataKeys.get(subject);
+      const known = keptFor(subject);
       if (known !== undefined) return known;
-      // Appends run in order: a second put for the subject queued behind this one finds it kept.
+      // Appends and rewrites run in order: a second put for the subject queued behind this one
+      // finds it kept; one queued behind its erasure finds the tombstone and stores nothing.
       let kept: StoredDataKey = stored;
       await appendLine({ k: subject, i: stored.id, w: stored.wrapped }, () => {
-        const existing = dataKeys.get(subject);
+        const existing = keptFor(subject);
         if (existing !== undefined) kept = existing;
         else dataKeys.set(subject, stored);
       });
+      if (kept !== stored && isTombstone(kept)) await forgetKeys([subject], []);
       return kept;
     },
-    forget({ userId, dataKeySubjects }) {
+    forget({ userId, dataKeySubjects, tombstones = [] }) {
       if (closed) return Promise.reject(new Error('credential store is closed'));
-      const work = tail.then(async () => {
-        if (userId !== undefined) {
-          for (const k of [...hashes.keys()]) if (k.startsWith(`${userId}\u0000`)) hashes.delete(k);
-        }
-        for (const subject of dataKeySubjects) dataKeys.delete(subject);
-        await rewrite();
-      });
-      tail = work.catch(() => undefined);
-      return work;
+      return forgetKeys(dataKeySubjects, tombstones, userId);
     },
     put(userId, passwordVersion, hash) {
       try {

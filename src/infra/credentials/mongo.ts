@@ -1,6 +1,6 @@
 import type { Collection } from 'mongodb';
 import { connectMongo } from '../mongo';
-import { assertCredentialKey, assertHash, type CredentialStore, type StoredDataKey } from './port';
+import { assertCredentialKey, assertHash, DATA_KEY_TOMBSTONE, tombstoneSubject, type CredentialStore, type StoredDataKey } from './port';
 
 /**
  * The distributed credential store: the MongoDB collection `credentials`, one document per
@@ -41,24 +41,40 @@ export async function openMongoCredentialStore(
 
   return {
     async getDataKey(subject) {
-      return asStored(await dataKeys.findOne({ _id: `key:${subject}` }));
+      const docs = await dataKeys.find({ _id: { $in: [`key:${subject}`, `key:${tombstoneSubject(subject)}`] } }).toArray();
+      return asStored(docs.find((d) => d._id === `key:${subject}`) ?? null) ?? (docs.length > 0 ? DATA_KEY_TOMBSTONE : null);
     },
     async putDataKey(subject, stored) {
+      let kept: StoredDataKey | null = null;
       try {
         await dataKeys.insertOne({ _id: `key:${subject}`, keyId: stored.id, wrapped: stored.wrapped, storedAt: new Date() }, { writeConcern: WRITE_CONCERN });
-        return stored;
+        kept = stored;
       } catch (error) {
         // Another process stored the subject's key first: that one is the key.
         if ((error as { code?: unknown }).code !== 11000) throw error;
-        const kept = asStored(await dataKeys.findOne({ _id: `key:${subject}` }));
-        if (kept === null) throw error;
-        return kept;
+        kept = asStored(await dataKeys.findOne({ _id: `key:${subject}` }));
       }
+      // Erased for good (forget writes the tombstone before it deletes the keys): a key stored
+      // after the tombstone is taken back; one stored before it goes with the erasure's delete.
+      if ((await dataKeys.countDocuments({ _id: `key:${tombstoneSubject(subject)}` })) > 0) {
+        if (kept === stored) await dataKeys.deleteOne({ _id: `key:${subject}`, keyId: stored.id }, { writeConcern: WRITE_CONCERN });
+        return DATA_KEY_TOMBSTONE;
+      }
+      if (kept === null) throw new Error(`no data key kept for ${subject}`);
+      return kept;
     },
-    async forget({ userId, dataKeySubjects }) {
+    async forget({ userId, dataKeySubjects, tombstones = [] }) {
       if (userId !== undefined) await collection.deleteMany({ userId }, { writeConcern: WRITE_CONCERN });
-      if (dataKeySubjects.length > 0) {
-        await dataKeys.deleteMany({ _id: { $in: dataKeySubjects.map((s) => `key:${s}`) } }, { writeConcern: WRITE_CONCERN });
+      for (const subject of tombstones) {
+        await dataKeys.updateOne(
+          { _id: `key:${tombstoneSubject(subject)}` },
+          { $setOnInsert: { keyId: DATA_KEY_TOMBSTONE.id, wrapped: DATA_KEY_TOMBSTONE.wrapped, storedAt: new Date() } },
+          { upsert: true, writeConcern: WRITE_CONCERN },
+        );
+      }
+      const removed = [...new Set([...dataKeySubjects, ...tombstones])];
+      if (removed.length > 0) {
+        await dataKeys.deleteMany({ _id: { $in: removed.map((s) => `key:${s}`) } }, { writeConcern: WRITE_CONCERN });
       }
     },
     async put(userId, passwordVersion, hash) {

@@ -40,6 +40,11 @@ export interface ReadStreamOptions {
   readonly fromRevision?: bigint;
   readonly direction?: 'forwards' | 'backwards';
   readonly maxCount?: number;
+  /**
+   * The data as stored, its personal fields still sealed (src/privacy/event-store.ts): for a
+   * reader of event types and metadata only, which must not depend on anyone's data key.
+   */
+  readonly sealed?: boolean;
 }
 
 export interface SubscribeOptions {

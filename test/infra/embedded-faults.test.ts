@@ -11,7 +11,6 @@ import { Rng } from '../sim/rng';
 import type { OpenMode, StoreFile } from '../../src/infra/eventstore/embedded/io';
 import { NO_FAULTS, SimFs, SimIoError } from '../sim/sim-fs';
 import { loadSegmentIndex } from '../../src/infra/eventstore/embedded/segment-index-file';
-import { CLOSE_ROOM_SIZE } from '../../src/infra/eventstore/embedded/record-format';
 
 const DIR = '/sim/data';
 
@@ -204,23 +203,6 @@ describe('embedded log: the record of a clean close', () => {
     expect(tornTails).toEqual([]);
   });
 
-  it('still refuses it after a restart that was killed (kill -9) before its first append: the close record stays until a commit writes over it', async () => {
-    const { fs, offset } = await lastRecordDamaged(18, async (store, sim) => {
-      await store.close();
-      sim.processExit();
-      await sim.unlink(`${DIR}/events.log.idx`);
-      await simStore(sim);
-      // Killed: never closed.
-      sim.processExit();
-    });
-    const tornTails: TornTail[] = [];
-
-    const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
-
-    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${offset}: checksum mismatch in acknowledged data`);
-    expect(tornTails).toEqual([]);
-  });
-
   it('cuts a damaged last record after a crash (no clean close) as a torn tail, as an append never acknowledged', async () => {
     // As kill -9: the store is never closed.
     const { fs, offset } = await lastRecordDamaged(12, async (_store, sim) => sim.processExit());
@@ -234,141 +216,10 @@ describe('embedded log: the record of a clean close', () => {
   });
 });
 
-describe('embedded log: a stop on a full disk after a failed write', () => {
-  const renames = async (store: EmbeddedEventStore, from: number, to: number): Promise<void> => {
-    for (let i = from; i <= to; i++) await store.append('device-1', [newEvent('Renamed', { name: `Name ${i}` })], 'any');
-  };
-  const prepared: Array<[string, (fs: SimFs) => Promise<EmbeddedEventStore>]> = [
-    [
-      'a fresh log',
-      async (fs) => {
-        const store = await simStore(fs);
-        await renames(store, 1, 10);
-        return store;
-      },
-    ],
-    [
-      'a log reopened after a clean stop',
-      async (fs) => {
-        const store = await simStore(fs);
-        await renames(store, 1, 5);
-        await store.close();
-        fs.processExit();
-        const reopened = await simStore(fs);
-        await renames(reopened, 6, 10);
-        return reopened;
-      },
-    ],
-    [
-      'a log reopened after a power cut',
-      async (fs) => {
-        const store = await simStore(fs);
-        await renames(store, 1, 5);
-        fs.crash();
-        const reopened = await simStore(fs);
-        await renames(reopened, 6, 10);
-        return reopened;
-      },
-    ],
-    [
-      'a full active segment (the write that fails is the creation of the next one)',
-      async (fs) => {
-        const store = await simStore(fs);
-        await renames(store, 1, 10);
-        await store.close();
-        fs.processExit();
-        // Without the checkpoint of that stop, only the close record vouches for the last record.
-        await fs.unlink(`${DIR}/events.log.idx`);
-        return simStore(fs, { segmentBytes: fs.fileBytes(`${DIR}/events.log`).length - CLOSE_ROOM_SIZE });
-      },
-    ],
-  ];
-
-  it.each(prepared)('still marks the clean close, so damage in the last acknowledged record is refused, not cut: %s', async (_, prepare) => {
-    const fs = new SimFs(new Rng(16));
-    const store = await prepare(fs);
-    const last = Number((await readAll(store.readStream('device-1'))).at(-1)?.position.commit);
-    fs.faults = { ...NO_FAULTS, diskFull: true };
-    await expect(store.append('device-1', [newEvent('Renamed', { name: 'Name 11' })], 'any')).rejects.toBeInstanceOf(EventStoreUnavailableError);
-    // Every write that needs new space fails during the stop: the index checkpoint cannot be written.
-    await store.close();
-    fs.processExit();
-    fs.faults = { ...NO_FAULTS };
-    fs.flipBit(`${DIR}/events.log`, last + 30, 4);
-    const tornTails: TornTail[] = [];
-
-    const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
-
-    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${last}: checksum mismatch in acknowledged data`);
-    expect(tornTails).toEqual([]);
-  });
-
-  it('without the damage, the stop on a full disk loses nothing and the log takes appends again after it', async () => {
-    const fs = new SimFs(new Rng(17));
-    const store = await simStore(fs);
-    await renames(store, 1, 10);
-    fs.faults = { ...NO_FAULTS, diskFull: true };
-    await expect(store.append('device-1', [newEvent('Renamed', { name: 'Refused' })], 'any')).rejects.toBeInstanceOf(EventStoreUnavailableError);
-    await store.close();
-    fs.processExit();
-    fs.faults = { ...NO_FAULTS };
-    const tornTails: TornTail[] = [];
-
-    const reopened = await simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
-    await reopened.append('device-1', [newEvent('Renamed', { name: 'Name 11' })], 'any');
-
-    expect(tornTails).toEqual([]);
-    expect((await readAll(reopened.readStream('device-1'))).map((event) => (event.data as { name: string }).name)).toEqual(
-      Array.from({ length: 11 }, (_, i) => `Name ${i + 1}`),
-    );
-    await reopened.close();
-  });
-});
-
-describe('embedded log: sealing a segment', () => {
-  it.each([
-    ['with its index checkpoint', false],
-    ['without its index checkpoint (scanned)', true],
-  ])('opens a sealed segment that still ends with its close room, as a crash between the creation of the next segment and the cut leaves it: %s', async (_, scanned) => {
-    const fs = new SimFs(new Rng(19));
-    const store = await simStore(fs, { segmentBytes: 600 });
-    for (let i = 0; i < 8; i++) await store.append('device-1', [newEvent(`E${i}`)], 'any');
-    await store.close();
-    fs.processExit();
-    expect(fs.list(DIR).filter((file) => file.name.endsWith('.log')).length).toBeGreaterThan(1);
-    const sealed = await fs.open(`${DIR}/events.log`, 'r+');
-    await sealed.write(Buffer.alloc(CLOSE_ROOM_SIZE), 0, CLOSE_ROOM_SIZE, fs.fileBytes(`${DIR}/events.log`).length);
-    await sealed.datasync();
-    await sealed.close();
-    if (scanned) await fs.unlink(`${DIR}/events.log.idx`);
-
-    const reopened = await simStore(fs, { segmentBytes: 600 });
-
-    expect(await types(reopened, 'device-1')).toEqual(['E0', 'E1', 'E2', 'E3', 'E4', 'E5', 'E6', 'E7']);
-    await reopened.close();
-  });
-
-  it('cuts the close room of a sealed segment once the next one exists', async () => {
-    const fs = new SimFs(new Rng(20));
-    const store = await simStore(fs, { segmentBytes: 600 });
-    for (let i = 0; i < 8; i++) await store.append('device-1', [newEvent(`E${i}`)], 'any');
-    await store.close();
-    const bases = fs
-      .list(DIR)
-      .filter((file) => file.name.endsWith('.log'))
-      .map((file) => (file.name === 'events.log' ? 0 : Number(/(\d{16})/.exec(file.name)?.[1])))
-      .sort((a, b) => a - b);
-
-    // The first segment ends exactly where the second begins (its base: the size of the first's records).
-    expect(bases.length).toBeGreaterThan(1);
-    expect(fs.fileBytes(`${DIR}/events.log`).length).toBe(bases[1]);
-  });
-});
-
 describe('embedded log: index checkpoints of the active segment while it runs', () => {
-  /** Resolves once the active segment's checkpoint covers the whole of it (all but its close room), as its last commit left it. */
+  /** Resolves once the active segment's checkpoint covers the whole of it, as its last commit left it. */
   async function checkpointCoversAll(fs: SimFs): Promise<void> {
-    const size = fs.fileBytes(`${DIR}/events.log`).length - CLOSE_ROOM_SIZE;
+    const size = fs.fileBytes(`${DIR}/events.log`).length;
     for (let turn = 0; turn < 1000; turn++) {
       const loaded = await loadSegmentIndex(`${DIR}/events.log`, { base: 0, generation: 0 }, size, fs);
       if ('table' in loaded && loaded.table.coveredSize === size) return;

@@ -16,7 +16,7 @@ import {
   type TornTail,
 } from '../../src/infra/eventstore/embedded';
 import { WrongExpectedRevisionError, comparePositions, type EventStore, type RecordedEvent } from '../../src/infra/eventstore/port';
-import { CLOSE_RECORD_SIZE, CLOSE_ROOM_SIZE } from '../../src/infra/eventstore/embedded/record-format';
+import { CLOSE_RECORD_SIZE } from '../../src/infra/eventstore/embedded/record-format';
 import { newEvent, readAll, takeUntil, withTimeout } from '../contract/eventstore.contract';
 
 const PROJECT_ROOT = resolve(__dirname, '..', '..');
@@ -193,8 +193,7 @@ describe('embedded event log', () => {
       const store = await openStore(dir);
 
       expect(tornTails).toEqual([{ offset: offsetOf(events[4]), droppedBytes: fullSize - 7 - offsetOf(events[4]) }]);
-      // The file ends with an empty close room after the last record.
-      expect((await stat(logFile(dir))).size).toBe(offsetOf(events[4]) + CLOSE_ROOM_SIZE);
+      expect((await stat(logFile(dir))).size).toBe(offsetOf(events[4]));
       expect(await typesOf(store, 's')).toEqual(['E0', 'E1', 'E2', 'E3']);
       expect(await store.headPosition()).toEqual(events[3]?.position);
       const replay = await takeUntil(store.subscribe(), (items) => items.some((item) => item.kind === 'caught-up'));

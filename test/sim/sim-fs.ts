@@ -15,9 +15,8 @@
  *     not reach the disk, the page cache still shows them all, and a later sync does not
  *     write them again. Reads see the cache, so cache and disk can disagree until a crash.
  *
- * Faults (switched on and off by the workload): ENOSPC on writes that need new space (a
- * "full disk", sometimes a short write first): past the end of the file or into a hole a
- * truncate left; an overwrite of written bytes needs none, EIO on write and on datasync, EMFILE on
+ * Faults (switched on and off by the workload): ENOSPC on writes that add bytes (a
+ * "full disk", sometimes a short write first), EIO on write and on datasync, EMFILE on
  * open (also a real cap on open files, to catch leaks), short writes, and bit flips in a
  * file's data (on disk and in the cache alike).
  */
@@ -29,11 +28,6 @@ type PendingOp = { readonly kind: 'write'; readonly offset: number; readonly byt
 
 class Inode {
   cache: Buffer = Buffer.alloc(0);
-  /**
-   * Bytes from the start that have disk blocks: written ones. A truncate that extends the
-   * file leaves a hole (read as zeros) that a later write must allocate, as on a real disk.
-   */
-  allocated = 0;
   durable: Buffer = Buffer.alloc(0);
   pending: PendingOp[] = [];
 }
@@ -230,9 +224,9 @@ export class SimFs implements StoreIo {
       throw new SimIoError('EIO', 'write', file);
     }
     let take = length;
-    const grows = position + length > inode.allocated;
+    const grows = position + length > inode.cache.length;
     if (this.faults.diskFull && grows) {
-      const room = Math.max(0, inode.allocated - position);
+      const room = Math.max(0, inode.cache.length - position);
       if (room === 0 || this.rng.chance(0.5)) {
         this.count('ENOSPC');
         throw new SimIoError('ENOSPC', 'write', file);
@@ -250,15 +244,12 @@ export class SimFs implements StoreIo {
   private record(inode: Inode, position: number, bytes: Buffer): void {
     const op: PendingOp = { kind: 'write', offset: position, bytes };
     inode.cache = apply(inode.cache, op);
-    // Only a write that starts within the allocated bytes extends them (one past a hole leaves it).
-    if (position <= inode.allocated) inode.allocated = Math.max(inode.allocated, position + bytes.length);
     inode.pending.push(op);
   }
 
   truncateInode(inode: Inode, length: number): void {
     const op: PendingOp = { kind: 'truncate', length };
     inode.cache = apply(inode.cache, op);
-    inode.allocated = Math.min(inode.allocated, length);
     inode.pending.push(op);
   }
 
@@ -300,7 +291,6 @@ export class SimFs implements StoreIo {
       }
       inode.pending = [];
       inode.cache = Buffer.from(inode.durable);
-      inode.allocated = Math.min(inode.allocated, inode.durable.length);
     }
   }
 

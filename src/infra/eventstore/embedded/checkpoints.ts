@@ -76,11 +76,8 @@ export class CheckpointWriter {
 
   /**
    * Marks the clean close in the log itself: the next open refuses damage in what it vouches
-   * for instead of cutting it as a torn tail, even without the index checkpoint. It is written
-   * in place into the close room that every commit and cut keeps after the last record
-   * (record-format.ts), so a full disk does not stop it; only a failing disk (EIO) does, and
-   * then the next open treats the end of the log as after a crash (what the write left of it
-   * is cut there as a torn tail).
+   * for instead of cutting it as a torn tail, even without the index checkpoint. When it
+   * cannot be written (a full disk), the next open treats the end of the log as after a crash.
    */
   private async writeCloseRecord(active: Segment, table: SegmentTable): Promise<void> {
     const crc = table.coveredCrc;
@@ -90,6 +87,7 @@ export class CheckpointWriter {
       await active.handle.datasync();
     } catch (error) {
       this.log(`Event log: could not mark the clean close of ${active.file} (${errorMessage(error)}); the next open checks its end as after a crash`);
+      await active.handle.truncate(active.size).catch(() => undefined);
     }
   }
 

@@ -21,9 +21,7 @@
  * gaps. Formats: record-format.ts (records, headers), value-codec.ts (payloads).
  *
  * A clean close ends the active segment with a close record (record-format.ts): damage in
- * what it vouches for is refused at open, never cut as a torn tail. It is written in place,
- * into the 28 bytes (the close room) every group commit and every cut keep after the last
- * record, so a full disk does not stop it. Open probes with a
+ * what it vouches for is refused at open, never cut as a torn tail. Open probes with a
  * small write whether the disk takes writes; if not, the store opens read-only
  * (write-availability.ts).
  *

@@ -187,7 +187,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
   }
 
   private totalBytes(): number {
-    return this.segments.reduce((sum, segment) => sum + segment.size + segment.room, 0);
+    return this.segments.reduce((sum, segment) => sum + segment.size, 0);
   }
 
   private async reclaimOnce(): Promise<ReclaimResult> {

@@ -22,14 +22,8 @@
  * extras & 2 (each only when it differs from requestId, see stored-metadata.ts). The
  * stream name is a string value, or for `<prefix><uuid>` names the prefix and 16 bytes.
  *
- * Close room: the active segment's file always ends CLOSE_ROOM_SIZE bytes after its last
- * record (zeros, written with each group commit and kept by every cut), so that a clean close
- * writes its close record in place, into bytes the file already holds: it needs no new space
- * and is written on a full disk too. Sealing cuts the room once the next segment exists; a
- * sealed segment that still has one (a crash came in between) is read up to it.
- *
- * Close record (written into the room at a clean close, fsynced; the next group commit writes
- * over it, so it never sits in the middle of a log):
+ * Close record (the last bytes of the active segment after a clean close, fsynced; cut again
+ * before the next append, so it never sits in the middle of a log):
  *
  *   u32 bodyLength (20) | u32 crc32(body) | body = u8 0xe9 | u8 version (1) |
  *   u48 its own file offset | u32 CRC-32 of the file's bytes before it | "HHEVEND\x01"
@@ -61,15 +55,6 @@ const CLOSE_MAGIC = Buffer.from('HHEVEND\x01', 'latin1');
 const CLOSE_BODY_SIZE = 20;
 /** Bytes of a close record. */
 export const CLOSE_RECORD_SIZE = RECORD_PREFIX_SIZE + CLOSE_BODY_SIZE;
-/** Bytes kept after the last record of the active segment: room for its close record. */
-export const CLOSE_ROOM_SIZE = CLOSE_RECORD_SIZE;
-/** What the close room holds while the store runs. */
-export const EMPTY_CLOSE_ROOM = Buffer.alloc(CLOSE_ROOM_SIZE);
-
-/** Whether `bytes` (read right after the last record at `offset`) are a close room: zeros, or a close record of that offset. */
-export function isCloseRoom(bytes: Buffer, offset: number): boolean {
-  return bytes.length === CLOSE_ROOM_SIZE && (bytes.equals(EMPTY_CLOSE_ROOM) || decodeCloseRecord(bytes, offset) !== null);
-}
 const JSON_FIXED_SIZE = 20;
 const COMPACT_FIXED_SIZE = 16;
 const MIN_BODY_SIZE = COMPACT_FIXED_SIZE + 3;

@@ -19,18 +19,7 @@ import { CorruptEventLogError } from './errors';
 import { errorCode, errorMessage, readFully, writeFully } from './files';
 import type { StoreFile, StoreIo } from './io';
 import { LogIndex } from './log-index';
-import {
-  CLOSE_RECORD_SIZE,
-  CLOSE_ROOM_SIZE,
-  decodeCloseRecord,
-  decodeSegmentHeader,
-  EMPTY_CLOSE_ROOM,
-  encodeSegmentHeader,
-  isCloseRoom,
-  SEGMENT_HEADER_SIZE,
-  type CloseRecord,
-  type SegmentHeader,
-} from './record-format';
+import { CLOSE_RECORD_SIZE, decodeCloseRecord, decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type CloseRecord, type SegmentHeader } from './record-format';
 import { locatorOf, Segment, segmentBaseOfName, segmentFileName, type HandlePool } from './segment';
 import { loadSegmentIndex, writeSegmentIndex } from './segment-index-file';
 import { scanSegment } from './segment-scan';
@@ -64,30 +53,11 @@ export const COMPACTION_SUFFIX = '.compact';
 const CRC_CHUNK_SIZE = 4 * 1024 * 1024;
 const OPEN_CONCURRENCY = 8;
 
-/**
- * Makes the file end with an empty close room right after `size` (record-format.ts): zeros
- * written over [size, size + CLOSE_ROOM_SIZE), then anything after cut. Where the file already
- * holds those bytes (always, once a commit or an earlier cut made the room) the write is in
- * place and needs no new space, so it works on a full disk; it is written, not left to a
- * truncate, so the room is never a hole that a write would have to allocate.
- */
-export async function keepCloseRoom(handle: StoreFile, size: number): Promise<void> {
-  await writeFully(handle, EMPTY_CLOSE_ROOM, size);
-  await handle.truncate(size + CLOSE_ROOM_SIZE);
-}
-
-/** A segment that is no longer the active one ends at its last record: its close room is cut, durably. */
-export async function cutCloseRoom(segment: Segment): Promise<void> {
-  await segment.handle.truncate(segment.size);
-  await segment.handle.datasync();
-  segment.room = 0;
-}
-
-/** Creates a segment file with its header and close room, durably (the directory entry included). */
+/** Creates a segment file with its header, durably (the directory entry included). */
 export async function createSegmentFile(io: StoreIo, directory: string, header: SegmentHeader): Promise<StoreFile> {
   const handle = await io.open(path.join(directory, segmentFileName(header.base)), 'wx+');
   try {
-    await writeFully(handle, Buffer.concat([encodeSegmentHeader(header), EMPTY_CLOSE_ROOM]), 0);
+    await writeFully(handle, encodeSegmentHeader(header), 0);
     await handle.datasync();
     await io.syncDirectory(directory);
     return handle;
@@ -152,13 +122,12 @@ async function sealedTable(io: StoreIo, handle: StoreFile, file: string, header:
 }
 
 /**
- * A sealed segment ends at its last record, or before its close room (record-format.ts:
- * zeros, or a close record) when a crash came after the next segment was created and before
- * the room was cut.
+ * A sealed segment ends at its close record if it has one: a segment closed cleanly and
+ * followed by another without being opened as the active one in between (not something the
+ * store does: opening cuts it, sealing truncates), read as it stands rather than refused.
  */
 async function sealedSegmentTable(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<{ table: SegmentTable; size: number }> {
-  const roomAt = size - CLOSE_ROOM_SIZE;
-  const end = roomAt >= SEGMENT_HEADER_SIZE && isCloseRoom(await readFully(handle, roomAt, CLOSE_ROOM_SIZE), roomAt) ? roomAt : size;
+  const end = (await readCloseRecord(handle, size))?.offset ?? size;
   return { table: await sealedTable(options.io, handle, file, header, end, options.log), size: end };
 }
 
@@ -183,9 +152,6 @@ async function verifiedActiveCheckpoint(
   log: (m: string) => void,
 ): Promise<{ table: SegmentTable | null; vouchedEnd: number }> {
   if (size <= SEGMENT_HEADER_SIZE) return { table: null, vouchedEnd: 0 };
-  // A segment of no record yet: its header and an empty close room.
-  const empty = size === SEGMENT_HEADER_SIZE + CLOSE_ROOM_SIZE && (await readFully(handle, SEGMENT_HEADER_SIZE, CLOSE_ROOM_SIZE)).equals(EMPTY_CLOSE_ROOM);
-  if (empty) return { table: null, vouchedEnd: 0 };
   const loaded = await loadSegmentIndex(file, header, size, io);
   let problem = 'table' in loaded ? 'its checksum of the segment does not match' : loaded.problem;
   let vouchedEnd = 0;
@@ -225,20 +191,13 @@ async function activeTable(handle: StoreFile, file: string, header: SegmentHeade
   if (closed !== null && table.coveredCrc !== closed.crc) {
     throw new CorruptEventLogError(file, closed.offset, 'the bytes before the record of its last clean close do not have the checksum it recorded');
   }
-  // After the last complete append the file holds its close room: zeros, or the close record
-  // (kept in place until the next commit writes over it, so that a crash before then still
-  // finds the clean close), and nothing after. Anything else is a torn tail, replaced by an
-  // empty room.
-  const after = await readFully(handle, end, Math.min(size - end, CLOSE_ROOM_SIZE + 1));
-  const roomIntact = isCloseRoom(after, end);
-  if (!roomIntact && !(after.length <= CLOSE_ROOM_SIZE && after.equals(EMPTY_CLOSE_ROOM.subarray(0, after.length)))) {
-    options.onTornTail({ offset: end, droppedBytes: size - end });
-  }
-  if (!roomIntact) {
+  if (end < logEnd) options.onTornTail({ offset: end, droppedBytes: size - end });
+  if (end < size) {
+    // A torn tail, or the close record: the next append goes where it starts.
     try {
-      await keepCloseRoom(handle, end);
+      await handle.truncate(end);
     } catch (error) {
-      // The bytes past `end` are never read; the first append that can write makes the room.
+      // The bytes past `end` are never read; the first append that can write cuts them.
       repairs.failed ??= error instanceof Error ? error : new Error(String(error));
     }
   }
@@ -265,7 +224,6 @@ async function openSegment(directory: string, base: number, active: boolean, opt
     const { table } = opened;
     const locator = header.generation > 0 ? locatorOf(table) : null;
     const segment = new Segment(directory, base, header.generation, active ? handle : null, opened.size, locator, options.pool);
-    if (!active) segment.room = size - opened.size;
     segment.noteTable(table);
     keepOpen = active;
     return { segment, table };
@@ -291,10 +249,9 @@ async function createFirstSegment(io: StoreIo, directory: string): Promise<void>
 async function sealOversized(directory: string, full: { segment: Segment; table: SegmentTable }, pool: HandlePool): Promise<{ segment: Segment; table: SegmentTable }> {
   const { segment, table } = full;
   await writeSegmentIndex(segment.file, segment, table, false, pool.io);
+  segment.seal();
   const base = segment.base + segment.size;
   const handle = await createSegmentFile(pool.io, directory, { base, generation: 0 });
-  await cutCloseRoom(segment);
-  segment.seal();
   const next = new SegmentTable(base, SEGMENT_HEADER_SIZE);
   next.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
   return { segment: new Segment(directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, pool), table: next };

@@ -15,7 +15,7 @@
 import * as path from 'node:path';
 import { readFully } from './files';
 import type { StoreFile, StoreIo } from './io';
-import { CLOSE_ROOM_SIZE, SEGMENT_HEADER_SIZE } from './record-format';
+import { SEGMENT_HEADER_SIZE } from './record-format';
 import type { SegmentTable } from './segment-table';
 
 export const LEGACY_LOG_FILE_NAME = 'events.log';
@@ -89,8 +89,6 @@ export function segmentIndexAt(segments: readonly { readonly base: number }[], p
 export class Segment {
   /** Bytes of complete, durable records (header included). */
   size: number;
-  /** Bytes its file holds after the last record: the close room (record-format.ts) of an active segment, kept when sealed. */
-  room: number;
   recordCount = 0;
   lastPosition: number | null = null;
   firstWrittenAt: number | null = null;
@@ -113,7 +111,6 @@ export class Segment {
     private readonly pool: HandlePool,
   ) {
     this.size = size;
-    this.room = writer === null ? 0 : CLOSE_ROOM_SIZE;
     this.reader = writer === null ? null : Promise.resolve(writer);
   }
 

@@ -22,20 +22,10 @@ import {
 import { writeFully } from './files';
 import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
-import {
-  CLOSE_ROOM_SIZE,
-  decodeEvent,
-  EMPTY_CLOSE_ROOM,
-  encodeRecord,
-  encodeSegmentHeader,
-  FLAG_END_OF_APPEND,
-  markFirstOfBatch,
-  SEGMENT_HEADER_SIZE,
-  setRecordPosition,
-} from './record-format';
+import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
 import { LogReader } from './reads';
 import { positionAt, toRecordedEvent } from './recorded-event';
-import { createSegmentFile, cutCloseRoom } from './recovery';
+import { createSegmentFile } from './recovery';
 import { RecentCommits } from './recent-commits';
 import { Segment, type HandlePool } from './segment';
 import { maxAgeChangeOf } from './segment-scan';
@@ -328,13 +318,10 @@ export class EmbeddedStoreCore implements EventStore {
       this.queue = split === -1 ? [] : this.queue.slice(split);
       try {
         if (base !== this.active().base) await this.startSegment(base);
-        // The batch, then an empty close room after it (record-format.ts), in one write: the
-        // file always holds the bytes a clean close writes its close record into.
-        const written = Buffer.concat([...batch.map((a) => a.bytes), EMPTY_CLOSE_ROOM]);
-        const bytes = written.subarray(0, written.length - CLOSE_ROOM_SIZE);
+        const bytes = batch.length === 1 ? (batch[0] as PendingAppend).bytes : Buffer.concat(batch.map((a) => a.bytes));
         markFirstOfBatch(bytes);
         const start = (batch[0] as PendingAppend).fileOffset;
-        await writeFully(this.active().handle, written, start);
+        await writeFully(this.active().handle, bytes, start);
         await this.active().handle.datasync();
         this.activeTable.coveredCrc = crc32(bytes, this.activeTable.coveredCrc ?? 0);
         this.recent.remember(base + start, bytes);
@@ -374,21 +361,11 @@ export class EmbeddedStoreCore implements EventStore {
   private async startSegment(base: number): Promise<void> {
     const sealed = this.active();
     const sealedTable = this.activeTable;
-    // Nothing a failed write or a write probe left behind may be read later as damage in a
-    // sealed segment: the file ends with its close room. The room is cut only once the next
-    // segment exists: should it not be created (a full disk), this one stays active and a
-    // stop still writes its close record there. (A crash in between leaves a sealed segment
-    // ending with its room, which open reads as its end.)
-    await sealed.handle.truncate(sealed.size + CLOSE_ROOM_SIZE);
+    // A sealed segment ends exactly at its last append on disk too: nothing a failed write
+    // or a write probe left behind may be read later as damage in a sealed segment.
+    await sealed.handle.truncate(sealed.size);
     await sealed.handle.datasync();
     const handle = await createSegmentFile(this.options.io, this.directory, { base, generation: 0 });
-    try {
-      await cutCloseRoom(sealed);
-    } catch (error) {
-      // The store fails: cutting back removes the new file and makes the room again.
-      await handle.close();
-      throw error;
-    }
     this.segments = [...this.segments, new Segment(this.directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, this.pool)];
     this.activeTable = new SegmentTable(base, SEGMENT_HEADER_SIZE);
     this.activeTable.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));

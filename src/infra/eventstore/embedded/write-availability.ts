@@ -17,8 +17,7 @@ import { crc32 } from './crc32';
 import { EventStoreUnavailableError } from './errors';
 import { errorMessage, writeFully } from './files';
 import type { StoreIo } from './io';
-import { CLOSE_ROOM_SIZE, EMPTY_CLOSE_ROOM, encodeSegmentHeader, SEGMENT_HEADER_SIZE } from './record-format';
-import { keepCloseRoom } from './recovery';
+import { encodeSegmentHeader, SEGMENT_HEADER_SIZE } from './record-format';
 import { segmentFileName, type Segment } from './segment';
 import type { SegmentTable } from './segment-table';
 
@@ -38,15 +37,12 @@ export interface WritableLog {
   readonly resumed: (active: Segment) => void;
 }
 
-/**
- * Writes `WRITE_PROBE_BYTES` past the end of the active segment (after its close room, which
- * may hold the close record of the last clean close) and cuts them again; throws while writes fail.
- */
+/** Writes `WRITE_PROBE_BYTES` past the end of the active segment and cuts them again; throws while writes fail. */
 async function probe(active: Segment): Promise<void> {
   try {
-    await writeFully(active.handle, Buffer.alloc(WRITE_PROBE_BYTES), active.size + CLOSE_ROOM_SIZE);
+    await writeFully(active.handle, Buffer.alloc(WRITE_PROBE_BYTES), active.size);
   } finally {
-    await active.handle.truncate(active.size + CLOSE_ROOM_SIZE);
+    await active.handle.truncate(active.size);
   }
 }
 
@@ -111,16 +107,14 @@ export class WriteAvailability {
   /**
    * Removes what a failed write may have left: the file of a segment whose creation failed
    * (it holds nothing acknowledged; a restart must not take the active segment for a
-   * sealed one because of it) and bytes past the committed size of the active segment,
-   * whose close room is written empty again (in place: on a full disk too, so that a stop
-   * can still write its close record).
+   * sealed one because of it) and bytes past the committed size of the active segment.
    */
   async cutBack(active: Segment): Promise<void> {
     if (active.size >= SEGMENT_HEADER_SIZE) {
       await this.log.io.unlink(path.join(this.log.directory, segmentFileName(active.base + active.size)));
       await this.log.io.syncDirectory(this.log.directory);
     }
-    await keepCloseRoom(active.handle, active.size);
+    await active.handle.truncate(active.size);
     await active.handle.datasync();
   }
 
@@ -148,7 +142,7 @@ export class WriteAvailability {
       if (active.size < SEGMENT_HEADER_SIZE) {
         const header = encodeSegmentHeader({ base: active.base, generation: 0 });
         await active.handle.truncate(0);
-        await writeFully(active.handle, Buffer.concat([header, EMPTY_CLOSE_ROOM]), 0);
+        await writeFully(active.handle, header, 0);
         active.size = SEGMENT_HEADER_SIZE;
         table.coveredSize = SEGMENT_HEADER_SIZE;
         table.coveredCrc = crc32(header);

@@ -1,8 +1,6 @@
 import type { DeviceStatus, MessageAck, SubscribeAck } from '../../src/tunnel/events';
-import { serviceProcess, type ServiceProcess } from '../chaos/processes';
-import { createUser, GENEROUS_RATE_LIMITS, startTestService, type TestService } from '../support/harness';
-import { freePort } from '../support/ports';
-import { connect, deviceToken, registerHub, request, type Probe } from '../support/tunnel';
+import { processPair } from '../support/process-pair';
+import { request } from '../support/tunnel';
 
 /**
  * A hub's socket on a process that dies without a word (SIGKILL), an app on another one:
@@ -11,34 +9,13 @@ import { connect, deviceToken, registerHub, request, type Probe } from '../suppo
  * Statuses are ordered by `tunnelSeq`, so a reconnection elsewhere is newer than the drop.
  */
 
-let a: TestService;
-let b: ServiceProcess;
-const open: Probe[] = [];
-
-beforeAll(async () => {
-  a = await startTestService('distributed');
-  b = serviceProcess('b', await freePort(), { ...a.env, RATE_LIMITS: GENEROUS_RATE_LIMITS, LOG_LEVEL: 'warn' });
-  await b.start();
-}, 120_000);
-
-afterAll(async () => {
-  for (const p of open) p.close();
-  await b.stop();
-  await a.stop();
-});
-
-async function on(target: { baseUrl: string }, token: string): Promise<Probe> {
-  const p = await connect(target, token);
-  open.push(p);
-  return p;
-}
+const pair = processPair();
+const on = pair.on;
 
 test('the hubs of a process killed with SIGKILL read as gone on the other process within 30 s', async () => {
-  const owner = await createUser(a);
-  const hub = await registerHub(a, owner);
-  const token = await deviceToken(a, hub, owner);
-  const app = await on(a, owner.accessToken);
-  await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
+  const a = pair.a();
+  const b = pair.b();
+  const { owner, hub, token, app } = await pair.watchedHub();
 
   await on(b, token);
   const up = await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected);

@@ -64,3 +64,25 @@ test('a hub process taken for dead that comes back: its "connected" again is ord
   const statuses = app.all<DeviceStatus>('device:status');
   expect({ newest: newest(statuses), all: statuses }).toMatchObject({ newest: { tunnelConnected: true } });
 }, 150_000);
+
+test('a hub that reconnects to the surviving process the moment its old process dies is never read as gone afterwards', async () => {
+  const a = pair.a();
+  const b = pair.b();
+  const { hub, token, app } = await pair.watchedHub();
+  await on(b, token);
+  const up = await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected, 10_000);
+
+  // Killed with SIGKILL, and the hub is back on `a` at once: before `a` can find `b` dead.
+  await b.kill();
+  await on(a, token);
+  const again = await app.next<DeviceStatus>('device:status', (s) => s.tunnelConnected && s.tunnelSeq > up.tunnelSeq, 10_000);
+  // Past the time `a` takes to find `b` dead (liveness key 12 s, sweep every 2 s, within 30 s in all):
+  // whatever `a` said meanwhile, the newest status says connected and the hub is reachable.
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'x', payload: 1 })).toEqual({ success: true, delivered: true });
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+  const statuses = app.all<DeviceStatus>('device:status');
+  expect({ newest: newest(statuses), all: statuses }).toMatchObject({ newest: { tunnelConnected: true, tunnelSeq: again.tunnelSeq } });
+}, 150_000);

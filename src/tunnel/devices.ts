@@ -46,8 +46,12 @@ export interface DeviceSockets {
   tunnel(uuid: string): Maybe<TunnelState>;
   /** Devices whose process died: this process's subscribers hear they are gone. */
   onGone(devices: readonly GoneDevice[]): void;
-  /** This process's own devices, told again to every subscriber (the others took it for dead). */
-  announceHeld(): void;
+  /**
+   * This process's own devices, claimed again and told to every subscriber under the new
+   * claim (the others took this process for dead and told theirs the devices were gone, with a
+   * `tunnelSeq` after the old claim); a device another process claimed meanwhile is let go.
+   */
+  reclaimHeld(): Promise<void>;
   /** The claims this process holds (written again after Redis restarts). */
   held(): Array<{ uuid: string; claim: DeviceClaim }>;
   sendStatus(uuid: string, status: DeviceStatus, localOnly: boolean): void;
@@ -226,9 +230,23 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
         announceTunnel(device.uuid, { connected: false, claim: device.claim }, true);
       }
     },
-    announceHeld() {
-      for (const session of sessions.live.values()) {
-        if (session.claim !== null) announceTunnel(session.uuid, { connected: true, claim: session.claim });
+    async reclaimHeld() {
+      for (const session of [...sessions.live.values()]) {
+        const { uuid } = session;
+        if (session.claim === null || session.ended) continue;
+        // Claimed elsewhere while this process was taken for dead (its notice went unheard).
+        if ((await cluster.remoteDevice(uuid)).claim > session.claim) {
+          end(session, replaced());
+          continue;
+        }
+        const mine = await cluster.claimDevice(uuid, session.socket.id);
+        if (sessions.live.get(uuid) !== session || abandoned(session)) {
+          await cluster.releaseDevice(uuid, mine);
+          continue;
+        }
+        session.claim = mine;
+        cluster.announce({ kind: 'device-connected', uuid, claim: mine });
+        announceTunnel(uuid, { connected: true, claim: mine });
       }
     },
     held: () => [...sessions.live.values()].flatMap((s) => (s.claim !== null ? [{ uuid: s.uuid, claim: s.claim }] : [])),

@@ -178,11 +178,15 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const refresh = setInterval(() => ctx.track(cluster.refreshDevices(devices.held()), 'device refresh'), REFRESH_CLAIMS_MS);
   refresh.unref();
   cluster.onReconnect((why) => {
+    // Taken for dead, the others told their subscribers these devices were gone (ordered after
+    // the claims they had): claimed again, their "connected" comes after that "gone".
+    if (why === 'revived') {
+      ctx.track(devices.reclaimHeld(), 'device reclaim');
+      return;
+    }
     const held = devices.held();
     ctx.track(cluster.refreshDevices(held), 'device refresh');
     for (const device of held) cluster.announce({ kind: 'device-connected', ...device });
-    // Taken for dead, the others told their subscribers these devices were gone.
-    if (why === 'revived') devices.announceHeld();
   });
   // Another process died: its devices are gone, and this process's subscribers hear it.
   cluster.onDevicesGone((gone) => devices.onGone(gone));

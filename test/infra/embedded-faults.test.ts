@@ -203,6 +203,23 @@ describe('embedded log: the record of a clean close', () => {
     expect(tornTails).toEqual([]);
   });
 
+  it('refuses damage in the last acknowledged record after a clean stop on a full disk right after a failed write (no room for the close record nor the checkpoint)', async () => {
+    const { fs, offset } = await lastRecordDamaged(16, async (store, sim) => {
+      sim.faults = { ...NO_FAULTS, diskFull: true };
+      await expect(store.append('device-1', [newEvent('Renamed', { name: 'Name 11' })], 'any')).rejects.toBeInstanceOf(EventStoreUnavailableError);
+      await store.close();
+      sim.processExit();
+      expect(sim.list(DIR).map((file) => file.name)).not.toContain('events.log.idx');
+    });
+    const tornTails: TornTail[] = [];
+
+    const reopening = simStore(fs, { onTornTail: (tail) => tornTails.push(tail) });
+
+    await expect(reopening).rejects.toBeInstanceOf(CorruptEventLogError);
+    await expect(reopening).rejects.toThrow(`${DIR}/events.log is corrupt at byte ${offset}: checksum mismatch in acknowledged data`);
+    expect(tornTails).toEqual([]);
+  });
+
   it('cuts a damaged last record after a crash (no clean close) as a torn tail, as an append never acknowledged', async () => {
     // As kill -9: the store is never closed.
     const { fs, offset } = await lastRecordDamaged(12, async (_store, sim) => sim.processExit());

@@ -15,8 +15,10 @@
  *     not reach the disk, the page cache still shows them all, and a later sync does not
  *     write them again. Reads see the cache, so cache and disk can disagree until a crash.
  *
- * Faults (switched on and off by the workload): ENOSPC on writes that add bytes (a
- * "full disk", sometimes a short write first), EIO on write and on datasync, EMFILE on
+ * Faults (switched on and off by the workload): ENOSPC on writes that need new blocks (a
+ * "full disk", sometimes a short write first): writes past the end of the file, or into a
+ * hole a truncate left, or after a truncate took the blocks away; overwriting bytes that were
+ * written before, in place, needs none (as on ext4 or xfs, not on copy-on-write file systems), EIO on write and on datasync, EMFILE on
  * open (also a real cap on open files, to catch leaks), short writes, and bit flips in a
  * file's data (on disk and in the cache alike).
  */
@@ -30,6 +32,11 @@ class Inode {
   cache: Buffer = Buffer.alloc(0);
   durable: Buffer = Buffer.alloc(0);
   pending: PendingOp[] = [];
+  /**
+   * Bytes from the start of the file that have blocks (were written, not a hole left by a
+   * truncate that grew the file): overwriting them needs no space, as on ext4 or xfs.
+   */
+  allocated = 0;
 }
 
 interface Directory {
@@ -224,9 +231,9 @@ export class SimFs implements StoreIo {
       throw new SimIoError('EIO', 'write', file);
     }
     let take = length;
-    const grows = position + length > inode.cache.length;
+    const grows = position + length > Math.min(inode.allocated, inode.cache.length);
     if (this.faults.diskFull && grows) {
-      const room = Math.max(0, inode.cache.length - position);
+      const room = Math.max(0, Math.min(inode.allocated, inode.cache.length) - position);
       if (room === 0 || this.rng.chance(0.5)) {
         this.count('ENOSPC');
         throw new SimIoError('ENOSPC', 'write', file);
@@ -245,12 +252,15 @@ export class SimFs implements StoreIo {
     const op: PendingOp = { kind: 'write', offset: position, bytes };
     inode.cache = apply(inode.cache, op);
     inode.pending.push(op);
+    // A write that starts within the written prefix extends it; one past a hole does not.
+    if (position <= inode.allocated) inode.allocated = Math.max(inode.allocated, position + bytes.length);
   }
 
   truncateInode(inode: Inode, length: number): void {
     const op: PendingOp = { kind: 'truncate', length };
     inode.cache = apply(inode.cache, op);
     inode.pending.push(op);
+    inode.allocated = Math.min(inode.allocated, length);
   }
 
   async datasync(inode: Inode, file: string): Promise<void> {
@@ -291,6 +301,8 @@ export class SimFs implements StoreIo {
       }
       inode.pending = [];
       inode.cache = Buffer.from(inode.durable);
+      // Blocks beyond what survived are free again (a conservative count: within it, only what was written before).
+      inode.allocated = Math.min(inode.allocated, inode.durable.length);
     }
   }
 

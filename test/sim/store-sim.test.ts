@@ -17,6 +17,24 @@ describe('embedded log simulation (fixed seeds)', () => {
     expect(result.appendsAcknowledged).toBeGreaterThan(0);
   });
 
+  // The case the close file is for (a clean stop on a full disk right after a failed write,
+  // then a bit flip in the last acknowledged record): each run refuses it at the start or
+  // stops with a violation; these seeds make sure it is run at all.
+  it('runs a clean stop on a full disk followed by damage to the last acknowledged record, and the start refuses it', async () => {
+    let cases = 0;
+    for (const seed of [1, 3, 4]) {
+      const result = await runSimulation({ seed, ops: OPS });
+      if (result.violation !== null) throw new Error(`seed ${seed}: ${result.violation.message}`);
+      const history = result.history;
+      for (const [i, line] of history.entries()) {
+        if (!line.includes('stopped on a full disk; bit flip')) continue;
+        cases++;
+        expect(history[i + 1]).toMatch(/open refused: .*events[-\d]*\.log is corrupt at byte \d+/);
+      }
+    }
+    expect(cases).toBeGreaterThanOrEqual(3);
+  }, 60_000);
+
   // Found by a long run: a compaction whose directory sync failed after its rename left the
   // old segment in use; a later failed attempt unpinned it and a subscription read the copy
   // by name with the old offsets (step 2008).

@@ -19,8 +19,10 @@
  *     and misses only what retention allows;
  *   - reclamation removes only heartbeats written before now − $maxAge, never a stream's
  *     newest; reads hide exactly those;
- *   - damage (a flipped bit in a sealed segment or an index checkpoint) is refused with an
- *     error naming the file and the byte, or repaired from the log; never served;
+ *   - damage (a flipped bit in a sealed segment, an index checkpoint, the active segment
+ *     after a clean stop, also one on a full disk right after a failed write) is refused
+ *     with an error naming the file and the byte, or repaired from the log; never served,
+ *     never cut as a torn tail; a flipped bit in the close file is ignored;
  *   - after a write failure the store refuses appends with a "store unavailable" error, and
  *     accepts them again once the fault is gone; it opens on a full disk (read-only).
  */
@@ -31,6 +33,8 @@ import { NO_FAULTS, SimFs, type Faults } from './sim-fs';
 
 const DIRECTORY = '/sim/data';
 const DAY = 24 * 60 * 60 * 1000;
+/** The close file (close-file.ts), named here so that the workload also runs against engines without one. */
+const CLOSE_FILE_NAME = 'close.rec';
 
 export type OpKind = 'append' | 'appendMany' | 'read' | 'subscribe' | 'clock' | 'reclaim' | 'crash' | 'restart' | 'fault' | 'heal' | 'bitflip';
 
@@ -220,7 +224,7 @@ class World {
         this.note('heal: faults off');
         return;
       case 'bitflip':
-        return this.bitflip();
+        return this.bitflip(op.seed);
     }
   }
 
@@ -654,13 +658,83 @@ class World {
   }
 
   /**
+   * The case the close file is for: a write fails on a full disk, the store is stopped
+   * cleanly on that full disk (no room for its close record nor its checkpoint), one bit of
+   * the last acknowledged record flips, and the next start (on the full disk or with space
+   * back) must refuse it naming file and byte, never cut it as a torn tail.
+   */
+  private async fullDiskStopThenFlip(): Promise<void> {
+    this.heal();
+    // A start with space, so the close file is in place (a start on a full disk may not create it).
+    await this.live.close().catch(() => undefined);
+    this.store = null;
+    this.fs.processExit();
+    await this.reopenAfter('restart before a full disk');
+    await this.appendOps(1);
+    this.fs.faults = { ...NO_FAULTS, diskFull: true };
+    this.note('fault: diskFull until the start after the stop');
+    await this.appendOps(1);
+    await this.live.close().catch(() => undefined);
+    this.store = null;
+    this.fs.processExit();
+    const baseOf = (name: string): number => (name === 'events.log' ? 0 : Number(/events-(\d+)\.log/.exec(name)?.[1] ?? -1));
+    const active = this.fs
+      .list(DIRECTORY)
+      .filter((file) => /^events(-\d+)?\.log$/.test(file.name))
+      .sort((a, b) => baseOf(a.name) - baseOf(b.name))
+      .at(-1)?.name;
+    const file = `${DIRECTORY}/${active ?? 'events.log'}`;
+    const last = lastRecordOf(this.fs.fileBytes(file));
+    if (last === null) {
+      // A segment just started (by a compaction's seal) and the append conflicted: nothing to damage.
+      this.note(`stopped on a full disk; ${active ?? '?'} holds no record`);
+      this.heal();
+      await this.reopenAfter('after a stop on a full disk');
+      return;
+    }
+    const at = last.offset + this.rng.int(last.size);
+    const bit = this.rng.int(8);
+    const undo = this.fs.flipBit(file, at, bit);
+    const full = this.rng.chance(0.5);
+    if (!full) this.heal();
+    this.note(`stopped on a full disk; bit flip in the last record of ${active ?? '?'} (byte ${last.offset}) at byte ${at} bit ${bit}; start ${full ? 'on the full disk' : 'with space back'}`);
+    try {
+      await this.open();
+      throw new Violation(`the last acknowledged record of ${active ?? '?'}, damaged after a clean stop on a full disk, was not refused at the start`);
+    } catch (error) {
+      this.openRefused(error);
+    }
+    this.heal();
+    await this.repairAndReopen(undo);
+  }
+
+  /** An open that met damage must refuse it naming the file and the byte. */
+  private openRefused(error: unknown): void {
+    if (error instanceof Violation) throw error;
+    if (!namesFileAndOffset(error)) throw new Violation(`open with a flipped bit failed without naming file and byte: ${message(error)}`);
+    this.note(`open refused: ${message(error)}`);
+  }
+
+  /** The damaged copy is replaced by a good one (a backup), and the store opens again. */
+  private async repairAndReopen(undo: () => void): Promise<void> {
+    this.store = null;
+    this.fs.processExit();
+    undo();
+    this.note('damage repaired (restored from backup)');
+    await this.reopenAfter('after repair');
+  }
+
+  /**
    * Damage to acknowledged data: in a sealed segment or checkpoint, or in the active segment
    * followed by a clean stop (sometimes without the active segment's checkpoint, as a full
    * disk at close may leave it). Reads and a reopen must refuse it (naming file and byte) or
    * not need it, never drop it as a torn tail; then it is repaired.
    */
-  private async bitflip(): Promise<void> {
-    const files = this.fs.list(DIRECTORY).filter((file) => file.name.endsWith('.log') || file.name.endsWith('.log.idx'));
+  private async bitflip(opSeed: number): Promise<void> {
+    // The variants draw from their own generator: the plain case runs as it always did.
+    const variant = new Rng(opSeed ^ 0x1b873593).int(4);
+    if (variant === 0) return this.fullDiskStopThenFlip();
+    const files = this.fs.list(DIRECTORY).filter((file) => file.name.endsWith('.log') || file.name.endsWith('.log.idx') || (variant === 1 && file.name === CLOSE_FILE_NAME));
     const baseOf = (name: string): number => (name === 'events.log' ? 0 : Number(/events-(\d+)\.log/.exec(name)?.[1] ?? -1));
     const segments = files.filter((file) => file.name.endsWith('.log')).sort((a, b) => baseOf(a.name) - baseOf(b.name));
     const active = segments[segments.length - 1]?.name;
@@ -689,16 +763,22 @@ class World {
       for (const stream of this.model.keys()) await this.readCheck(stream, true);
       await this.live.close().catch(() => undefined);
     } catch (error) {
-      if (error instanceof Violation) throw error;
-      if (!namesFileAndOffset(error)) throw new Violation(`open with a flipped bit failed without naming file and byte: ${message(error)}`);
-      this.note(`open refused: ${message(error)}`);
+      this.openRefused(error);
     }
-    this.store = null;
-    this.fs.processExit();
-    undo();
-    this.note('damage repaired (restored from backup)');
-    await this.reopenAfter('after repair');
+    await this.repairAndReopen(undo);
   }
+}
+
+/** The bounds of the last record of a segment's bytes (walking the length prefixes), or null when it holds none. */
+function lastRecordOf(segment: Buffer): { offset: number; size: number } | null {
+  let last: { offset: number; size: number } | null = null;
+  for (let offset = 16; offset + 8 <= segment.length; ) {
+    const size = 8 + segment.readUInt32LE(offset);
+    if (offset + size > segment.length) break;
+    last = { offset, size };
+    offset += size;
+  }
+  return last;
 }
 
 export interface RunOptions {

@@ -7,7 +7,8 @@
  * segment), each encoded when asked for: the table may grow meanwhile. A checkpoint is a
  * cache: one that cannot be written is logged, and the next open scans instead.
  *
- * At a clean close the active segment gets its close record (record-format.ts), then its
+ * At a clean close the active segment gets its close record (record-format.ts), or when
+ * that cannot be appended (a full disk) the close file gets it (close-file.ts), then its
  * checkpoint.
  *
  * While the store runs, every checkpoint goes through this one queue, that of a compacted
@@ -16,6 +17,7 @@
  * the copy's through the shared temporary file nor land after it; it is skipped once the
  * segment it was encoded from is retired.
  */
+import { CLOSE_FILE_NAME, type CloseFile } from './close-file';
 import { errorMessage, writeFully } from './files';
 import type { StoreIo } from './io';
 import { encodeCloseRecord, SEGMENT_HEADER_SIZE } from './record-format';
@@ -67,9 +69,12 @@ export class CheckpointWriter {
     return this.queue;
   }
 
-  /** At a clean close, once settled(): the close record, then the checkpoint of the active segment. */
-  async atClose(active: Segment, table: SegmentTable): Promise<void> {
-    await this.writeCloseRecord(active, table);
+  /**
+   * At a clean close, once settled(): the close record (in the close file when it cannot be
+   * appended), then the checkpoint of the active segment.
+   */
+  async atClose(active: Segment, table: SegmentTable, closeFile: CloseFile | null): Promise<void> {
+    await this.writeCloseRecord(active, table, closeFile);
     this.enqueue(active, table, () => undefined);
     await this.queue;
   }
@@ -79,15 +84,21 @@ export class CheckpointWriter {
    * for instead of cutting it as a torn tail, even without the index checkpoint. When it
    * cannot be written (a full disk), the next open treats the end of the log as after a crash.
    */
-  private async writeCloseRecord(active: Segment, table: SegmentTable): Promise<void> {
+  private async writeCloseRecord(active: Segment, table: SegmentTable, closeFile: CloseFile | null): Promise<void> {
     const crc = table.coveredCrc;
     if (active.size < SEGMENT_HEADER_SIZE || crc === null) return;
     try {
       await writeFully(active.handle, encodeCloseRecord({ offset: active.size, crc }), active.size);
       await active.handle.datasync();
     } catch (error) {
-      this.log(`Event log: could not mark the clean close of ${active.file} (${errorMessage(error)}); the next open checks its end as after a crash`);
       await active.handle.truncate(active.size).catch(() => undefined);
+      // The bytes of the segment are never touched for it: the close file, overwritten in place, takes it.
+      const kept = (await closeFile?.record({ base: active.base, generation: active.generation, length: active.size, crc })) ?? false;
+      this.log(
+        kept
+          ? `Event log: could not mark the clean close of ${active.file} in the segment (${errorMessage(error)}); marked it in ${CLOSE_FILE_NAME}`
+          : `Event log: could not mark the clean close of ${active.file} (${errorMessage(error)}); the next open checks its end as after a crash`,
+      );
     }
   }
 

@@ -9,6 +9,9 @@
  *                                   segment's is written every `checkpointBytes` of
  *                                   growth and at close)
  *   <segment>.compact               a compaction in progress (removed at open)
+ *   close.rec                       the close file (close-file.ts): a fixed-size file,
+ *                                   overwritten in place by a stop that cannot append
+ *                                   its close record (a full disk)
  *   events.lock                     held by the process that has the store open
  *
  * Guarantees: an append is acknowledged only once it is on disk (fsync; concurrent appends
@@ -21,7 +24,8 @@
  * gaps. Formats: record-format.ts (records, headers), value-codec.ts (payloads).
  *
  * A clean close ends the active segment with a close record (record-format.ts): damage in
- * what it vouches for is refused at open, never cut as a torn tail. Open probes with a
+ * what it vouches for is refused at open, never cut as a torn tail. When it cannot be
+ * appended (a full disk), the same vouching goes into the close file, in place. Open probes with a
  * small write whether the disk takes writes; if not, the store opens read-only
  * (write-availability.ts).
  *
@@ -47,6 +51,7 @@
  * reclamation see that history as old, open the store with a `now` clock of your choice.
  */
 import * as path from 'node:path';
+import { readCloseFile } from './close-file';
 import { acquireLock } from './lock';
 import { resolveOptions, type EmbeddedEventStoreOptions } from './options';
 import { EmbeddedEventStore } from './reclamation';
@@ -84,9 +89,10 @@ export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedE
   });
   try {
     const pool = new HandlePool(resolved.io);
-    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes, io: resolved.io });
+    const closeFile = await readCloseFile(resolved.io, directory, resolved.log);
+    const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes, io: resolved.io, closeFile });
     opened = new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
-    await opened.checkWritableAtOpen(log.readOnly);
+    await opened.checkWritableAtOpen(log.readOnly, log.closeFileUsed);
     return opened;
   } catch (error) {
     await releaseLock();

@@ -19,6 +19,7 @@ import { CorruptEventLogError } from './errors';
 import { errorCode, errorMessage, readFully, writeFully } from './files';
 import type { StoreFile, StoreIo } from './io';
 import { LogIndex } from './log-index';
+import { CLOSE_FILE_NAME, decodeCloseFile, type CloseFileRecord } from './close-file';
 import { CLOSE_RECORD_SIZE, decodeCloseRecord, decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type CloseRecord, type SegmentHeader } from './record-format';
 import { locatorOf, Segment, segmentBaseOfName, segmentFileName, type HandlePool } from './segment';
 import { loadSegmentIndex, writeSegmentIndex } from './segment-index-file';
@@ -38,6 +39,8 @@ export interface OpenedLog {
   readonly activeTable: SegmentTable;
   /** Why the log could only be opened for reading (a repair write failed: a full disk, say), or null. */
   readonly readOnly: Error | null;
+  /** Whether the close file's record vouched for the active segment (close-file.ts). */
+  readonly closeFileUsed: boolean;
 }
 
 export interface RecoveryOptions {
@@ -47,6 +50,8 @@ export interface RecoveryOptions {
   /** An active segment beyond this size (a single-file log of earlier versions) is sealed at open. */
   readonly segmentBytes: number;
   readonly io: StoreIo;
+  /** The close file's bytes as open found them (close-file.ts), or null. */
+  readonly closeFile: Buffer | null;
 }
 
 export const COMPACTION_SUFFIX = '.compact';
@@ -180,16 +185,26 @@ async function activeTable(handle: StoreFile, file: string, header: SegmentHeade
   // is refused, never cut as a torn tail, with or without the index checkpoint.
   const closed = await readCloseRecord(handle, size);
   const logEnd = closed?.offset ?? size;
+  // A stop that could not write the close record (a full disk) left it in the close file.
+  const fromFile = closeFileFor(header, logEnd, options);
+  repairs.closeFileUsed = fromFile !== null;
   const verified = await verifiedActiveCheckpoint(options.io, handle, file, header, logEnd, options.log);
   const checkpoint = verified.table;
   const table = checkpoint ?? new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   const from = table.coveredSize;
-  const vouchedEnd = Math.max(verified.vouchedEnd, closed?.offset ?? 0);
+  const vouchedEnd = Math.max(verified.vouchedEnd, closed?.offset ?? 0, fromFile?.length ?? 0);
   const target = { file, base: header.base, readAt: (o: number, l: number) => readFully(handle, o, l), fileSize: logEnd, sealed: false, vouchedEnd };
   const { end } = await scanSegment(target, table);
   table.coveredCrc = await crcOfFile(handle, checkpoint === null ? 0 : from, end, checkpoint?.coveredCrc ?? 0);
   if (closed !== null && table.coveredCrc !== closed.crc) {
     throw new CorruptEventLogError(file, closed.offset, 'the bytes before the record of its last clean close do not have the checksum it recorded');
+  }
+  if (fromFile !== null) {
+    // The scan reached at least its length (else it refused): nothing follows it but a torn tail.
+    const crc = end === fromFile.length ? table.coveredCrc : await crcOfFile(handle, 0, fromFile.length, 0);
+    if (crc !== fromFile.crc) {
+      throw new CorruptEventLogError(file, fromFile.length, `the bytes before it do not have the checksum ${CLOSE_FILE_NAME} recorded at its last clean stop`);
+    }
   }
   if (end < logEnd) options.onTornTail({ offset: end, droppedBytes: size - end });
   if (end < size) {
@@ -209,9 +224,28 @@ async function activeTable(handle: StoreFile, file: string, header: SegmentHeade
 }
 
 /** Opens a segment; only the active one keeps its file open (sealed ones open theirs when read). */
-/** The first repair write at open that failed: the log then opens read-only. */
+/** The first repair write at open that failed (the log then opens read-only), and whether the close file vouched. */
 interface Repairs {
   failed: Error | null;
+  closeFileUsed: boolean;
+}
+
+/**
+ * The close file's record if it vouches for this active segment: intact, naming it, and for
+ * no more bytes than it has. Anything else is ignored (said on the log when not empty).
+ */
+function closeFileFor(header: SegmentHeader, size: number, options: RecoveryOptions): CloseFileRecord | null {
+  if (options.closeFile === null) return null;
+  const decoded = decodeCloseFile(options.closeFile);
+  let ignored: string | null = 'ignored' in decoded ? decoded.ignored : null;
+  if (!('ignored' in decoded)) {
+    if (decoded.base !== header.base || decoded.generation !== header.generation) ignored = `it names another segment (base ${decoded.base})`;
+    else if (decoded.length > size) ignored = `it vouches for ${decoded.length} bytes, the segment has ${size}`;
+    else if (decoded.length < SEGMENT_HEADER_SIZE) ignored = 'it vouches for less than a segment header';
+    else return decoded;
+  }
+  if (ignored !== 'empty') options.log(`Event log: ${CLOSE_FILE_NAME} ignored (${ignored})`);
+  return null;
 }
 
 async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions, repairs: Repairs): Promise<{ segment: Segment; table: SegmentTable }> {
@@ -287,7 +321,7 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
     bases = [0];
   }
   const opened: Array<{ segment: Segment; table: SegmentTable }> = [];
-  const repairs: Repairs = { failed: null };
+  const repairs: Repairs = { failed: null, closeFileUsed: false };
   // The entries open finds are made durable before anything is appended: a segment whose
   // creation a stopped process left unsynced must not vanish at a later power cut with the
   // appends acknowledged in it.
@@ -309,7 +343,7 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
     }
     const index = new LogIndex();
     index.applyTables(all.map(({ segment, table }) => ({ table, file: segment.file })));
-    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table, readOnly: repairs.failed };
+    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table, readOnly: repairs.failed, closeFileUsed: repairs.closeFileUsed };
   } catch (error) {
     await Promise.all(opened.map(({ segment }) => segment.retire()));
     throw error;

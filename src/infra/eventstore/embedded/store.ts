@@ -34,6 +34,7 @@ import { LogSubscription, tail, type TailSource } from './subscription';
 import type { GroupCommit, ResolvedOptions } from './options';
 import { CheckpointWriter } from './checkpoints';
 import { WriteAvailability } from './write-availability';
+import { CloseFile } from './close-file';
 
 interface ReservedRecord {
   readonly revision: number;
@@ -97,6 +98,8 @@ export class EmbeddedStoreCore implements EventStore {
   protected readonly checkpoints: CheckpointWriter;
   protected readonly recent = new RecentCommits();
   private readonly reader: LogReader;
+  /** Where a stop that cannot append its close record puts it (close-file.ts); null when it could not be prepared. */
+  private closeFile: CloseFile | null = null;
 
   constructor(
     protected readonly directory: string,
@@ -271,8 +274,9 @@ export class EmbeddedStoreCore implements EventStore {
     await this.writes.settled();
     // A stop after a failed write leaves nothing of the failed batch for the next start.
     const cut = this.writes.failure === null || (await this.writes.cutBack(this.active()).then(() => true, () => false));
-    if (cut && this.writes.lockLost === null) await this.checkpoints.atClose(this.active(), this.activeTable);
+    if (cut && this.writes.lockLost === null) await this.checkpoints.atClose(this.active(), this.activeTable, this.closeFile);
     await Promise.all(this.segments.map((segment) => segment.retire()));
+    await this.closeFile?.close();
   }
 
   private async retriedAppendOrConflict(
@@ -318,6 +322,8 @@ export class EmbeddedStoreCore implements EventStore {
       this.queue = split === -1 ? [] : this.queue.slice(split);
       try {
         if (base !== this.active().base) await this.startSegment(base);
+        // A close file's record open did not use must not come to vouch for what is appended now.
+        await this.closeFile?.beforeAppend();
         const bytes = batch.length === 1 ? (batch[0] as PendingAppend).bytes : Buffer.concat(batch.map((a) => a.bytes));
         markFirstOfBatch(bytes);
         const start = (batch[0] as PendingAppend).fileOffset;
@@ -422,10 +428,13 @@ export class EmbeddedStoreCore implements EventStore {
   /**
    * Right after open: read-only if open could not repair the tail (`readOnly`), or if a
    * write probe fails now (a start on a full disk), so readiness says so from the start.
+   * Then the close file is made ready (close-file.ts).
    */
-  async checkWritableAtOpen(readOnly: Error | null): Promise<void> {
+  async checkWritableAtOpen(readOnly: Error | null, closeFileUsed: boolean): Promise<void> {
     if (readOnly !== null) this.writes.openedReadOnly(readOnly);
     else await this.writes.probeAtOpen();
+    // Next to the probe: while there is space, the close file is created (an existing one is kept).
+    this.closeFile = await CloseFile.prepare(this.options.io, this.directory, this.options.log, closeFileUsed);
   }
 
   protected waitForChange(): Promise<void> {

@@ -171,7 +171,7 @@ describe('embedded log: a close file that does not vouch is ignored', () => {
     ['of another size (a creation that did not finish)', () => Buffer.from('HHCL')],
   ];
 
-  it.each(cases)('%s: the log opens with everything, and the file is made empty before the first append', async (_what, bytes) => {
+  it.each(cases)('%s: the log opens with everything, and the file is made empty before anything is written', async (_what, bytes) => {
     const fs = await withCloseFile(31, bytes);
     const messages: string[] = [];
 
@@ -179,8 +179,36 @@ describe('embedded log: a close file that does not vouch is ignored', () => {
 
     expect(await names(reopened)).toEqual(TEN);
     expect(messages.some((message) => message.includes(`${CLOSE_FILE_NAME} ignored`))).toBe(true);
-    await reopened.append('device-1', [newEvent('Renamed', { name: 'Name 11' })], 'any');
     expect(fs.fileBytes(CLOSE)).toEqual(Buffer.alloc(CLOSE_FILE_SIZE));
+    await reopened.append('device-1', [newEvent('Renamed', { name: 'Name 11' })], 'any');
+    await reopened.close();
+  });
+
+  it('a record ignored for vouching beyond the end never applies later, also when a kill leaves the write probe of the start in the file', async () => {
+    const fs = new KillingFs(new Rng(35));
+    const store = await simStore(fs);
+    for (const name of TEN) await store.append('device-1', [newEvent('Renamed', { name })], 'any');
+    await store.close();
+    fs.processExit();
+    // A record from some other moment, vouching for 100 bytes more than the log has (a restore, say).
+    const size = fs.fileBytes(LOG).length - 28;
+    await overwriteCloseFile(fs, encodeCloseFile({ base: 0, generation: 0, length: size + 100, crc: 0x1234 }));
+    fs.arm(Number.POSITIVE_INFINITY, 'process');
+    await (await simStore(fs)).close();
+    fs.processExit();
+    await overwriteCloseFile(fs, encodeCloseFile({ base: 0, generation: 0, length: size + 100, crc: 0x1234 }));
+    const probe = fs.calls.indexOf(`write ${LOG} @${size}`);
+    expect(probe).toBeGreaterThan(0);
+    // The process dies right after the probe's 4 KiB reached the file, before they are cut.
+    fs.arm(probe + 1, 'process');
+    // (The probe's failure opens the store read-only; the process is gone anyway.)
+    await simStore(fs).catch(() => undefined);
+    fs.revive();
+    expect(fs.fileBytes(LOG).length).toBeGreaterThan(size + 100);
+
+    const reopened = await simStore(fs);
+
+    expect(await names(reopened)).toEqual(TEN);
     await reopened.close();
   });
 

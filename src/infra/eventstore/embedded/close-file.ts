@@ -22,10 +22,42 @@
  * is refused naming the file and the byte). Anything else (zeros, a damaged or torn record,
  * another segment, a length beyond the file, a file of another size) is ignored, so the
  * file can never make a log unopenable. An ignored record is overwritten with zeros (and
- * synced) before the first append after the open; a used one is kept: the segment only
- * grows past what it vouches for, and those bytes are never rewritten while the segment is
- * active, so it stays true (and a kill at any point of the open or of the appends after it
- * leaves the vouching in place).
+ * synced) before the first write to the log after the open (its write probe; appends wait
+ * for it): it must never come to vouch for bytes written later. A used one is kept: the
+ * segment only grows past what it vouches for, and those bytes are never rewritten while
+ * the segment is active, so it stays true.
+ *
+ * Kill points (a kill -9 or a power cut between any two I/O calls), in order:
+ *
+ * A stop on a full disk after a failed write (store.ts close, checkpoints.ts atClose):
+ *   1. The failed batch is cut (a next segment whose creation failed unlinked, directory
+ *      synced, the active segment truncated to its committed size, fdatasync). Killed here:
+ *      the close file is as it was (zeros, or a used record that is still true); the next
+ *      start sees a crash: every acknowledged record was synced, leftovers are a torn tail.
+ *   2. The close record is appended at the committed size: ENOSPC, the segment is truncated
+ *      back (unsynced). Whatever reached the disk lies past the committed size: a torn tail.
+ *   3. The close file is overwritten at offset 0 and synced. Killed before the sync: the
+ *      disk holds the old bytes (zeros or a true record), the new ones (true), or a torn
+ *      mix that fails its CRC (ignored). Only the first and last lose the new vouching, as a
+ *      crash before a close record always has. Killed after the sync: it vouches.
+ *   4. The checkpoint (a temporary file and a rename; fails on a full disk), then files
+ *      closed: nothing here can undo step 3.
+ *
+ * A start after it (index.ts, recovery.ts, store.ts checkWritableAtOpen):
+ *   1. The close file is read, the segments listed, the directory synced, the segments
+ *      opened. The active segment's torn tail past the vouched length may be truncated
+ *      (never below it) and synced. Killed here: the same start happens again.
+ *   2. The close file is opened in place (or, missing or of another size, created: zeros,
+ *      fdatasync, directory sync; a kill leaves none, a short one or zeros, none of which
+ *      vouches, and there was nothing to vouch with before). An ignored record is zeroed
+ *      and synced; killed before the sync, the disk still holds it, still ignored (the log
+ *      has not been written since open judged it).
+ *   3. The write probe: 4 KiB of zeros past the end, cut again. Killed here, the zeros are
+ *      a torn tail past the vouched length: a used record still applies, since it asks only
+ *      that the segment be at least as long as what it vouches for, never exactly as long
+ *      (an ignored record is already zeros: the probe's zeros cannot make it apply).
+ *   4. Appends: written after the vouched length, each synced. The used record is never
+ *      written by the start nor the appends, so a kill anywhere leaves it vouching.
  */
 import * as path from 'node:path';
 import { crc32 } from './crc32';
@@ -130,8 +162,11 @@ export class CloseFile {
     }
   }
 
-  /** Before the first append: zeros over a record open did not use (it must not come to vouch for bytes appended later). */
-  async beforeAppend(): Promise<void> {
+  /**
+   * Before the first write to the log after open (its write probe, its first append): zeros
+   * over a record open did not use, so that it never comes to vouch for bytes written later.
+   */
+  async beforeWrites(): Promise<void> {
     if (this.invalidated) return;
     await this.overwrite(Buffer.alloc(CLOSE_FILE_SIZE));
     this.invalidated = true;

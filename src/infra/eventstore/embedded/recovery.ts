@@ -9,7 +9,8 @@
  * is scanned; otherwise all of it is. That is where a crash leaves a torn tail to drop, and
  * where damage to acknowledged data is caught before anything is appended after it: bytes
  * a checkpoint whose CRC no longer matches covers, and bytes before the record of a clean
- * close (record-format.ts), were acknowledged, so damage there is refused, never cut as a
+ * close (record-format.ts), or the close file's record of it when the stop could not append
+ * it (close-file.ts), were acknowledged, so damage there is refused, never cut as a
  * torn tail. Left over temporary files of an interrupted compaction are removed: until its
  * rename, the original segment is intact.
  */
@@ -186,7 +187,7 @@ async function activeTable(handle: StoreFile, file: string, header: SegmentHeade
   const closed = await readCloseRecord(handle, size);
   const logEnd = closed?.offset ?? size;
   // A stop that could not write the close record (a full disk) left it in the close file.
-  const fromFile = closeFileFor(header, logEnd, options);
+  const fromFile = closeFileFor(file, header, logEnd, options);
   repairs.closeFileUsed = fromFile !== null;
   const verified = await verifiedActiveCheckpoint(options.io, handle, file, header, logEnd, options.log);
   const checkpoint = verified.table;
@@ -223,7 +224,6 @@ async function activeTable(handle: StoreFile, file: string, header: SegmentHeade
   return { table, size: end };
 }
 
-/** Opens a segment; only the active one keeps its file open (sealed ones open theirs when read). */
 /** The first repair write at open that failed (the log then opens read-only), and whether the close file vouched. */
 interface Repairs {
   failed: Error | null;
@@ -234,7 +234,7 @@ interface Repairs {
  * The close file's record if it vouches for this active segment: intact, naming it, and for
  * no more bytes than it has. Anything else is ignored (said on the log when not empty).
  */
-function closeFileFor(header: SegmentHeader, size: number, options: RecoveryOptions): CloseFileRecord | null {
+function closeFileFor(file: string, header: SegmentHeader, size: number, options: RecoveryOptions): CloseFileRecord | null {
   if (options.closeFile === null) return null;
   const decoded = decodeCloseFile(options.closeFile);
   let ignored: string | null = 'ignored' in decoded ? decoded.ignored : null;
@@ -242,12 +242,16 @@ function closeFileFor(header: SegmentHeader, size: number, options: RecoveryOpti
     if (decoded.base !== header.base || decoded.generation !== header.generation) ignored = `it names another segment (base ${decoded.base})`;
     else if (decoded.length > size) ignored = `it vouches for ${decoded.length} bytes, the segment has ${size}`;
     else if (decoded.length < SEGMENT_HEADER_SIZE) ignored = 'it vouches for less than a segment header';
-    else return decoded;
+    else {
+      options.log(`Event log: the last clean stop marked its close in ${CLOSE_FILE_NAME} (a full disk): the first ${decoded.length} bytes of ${path.basename(file)} are checked as acknowledged`);
+      return decoded;
+    }
   }
   if (ignored !== 'empty') options.log(`Event log: ${CLOSE_FILE_NAME} ignored (${ignored})`);
   return null;
 }
 
+/** Opens a segment; only the active one keeps its file open (sealed ones open theirs when read). */
 async function openSegment(directory: string, base: number, active: boolean, options: RecoveryOptions, repairs: Repairs): Promise<{ segment: Segment; table: SegmentTable }> {
   const file = path.join(directory, segmentFileName(base));
   const handle = await options.io.open(file, active ? 'r+' : 'r');

@@ -130,6 +130,9 @@ export class EmbeddedStoreCore implements EventStore {
       idle: async () => {
         while (this.flushRunning) await this.flushDone;
       },
+      beforeWrites: async () => {
+        await this.closeFile?.beforeWrites();
+      },
       resumed: (segment) => {
         this.reservedBase = segment.base;
         this.reservedEnd = segment.size;
@@ -322,8 +325,9 @@ export class EmbeddedStoreCore implements EventStore {
       this.queue = split === -1 ? [] : this.queue.slice(split);
       try {
         if (base !== this.active().base) await this.startSegment(base);
-        // A close file's record open did not use must not come to vouch for what is appended now.
-        await this.closeFile?.beforeAppend();
+        // A close file's record open did not use must not come to vouch for what is appended now
+        // (cleared before the probe already; this only guards).
+        await this.closeFile?.beforeWrites();
         const bytes = batch.length === 1 ? (batch[0] as PendingAppend).bytes : Buffer.concat(batch.map((a) => a.bytes));
         markFirstOfBatch(bytes);
         const start = (batch[0] as PendingAppend).fileOffset;
@@ -428,13 +432,13 @@ export class EmbeddedStoreCore implements EventStore {
   /**
    * Right after open: read-only if open could not repair the tail (`readOnly`), or if a
    * write probe fails now (a start on a full disk), so readiness says so from the start.
-   * Then the close file is made ready (close-file.ts).
+   * Before that the close file is made ready (close-file.ts).
    */
   async checkWritableAtOpen(readOnly: Error | null, closeFileUsed: boolean): Promise<void> {
-    if (readOnly !== null) this.writes.openedReadOnly(readOnly);
-    else await this.writes.probeAtOpen();
     // Next to the probe: while there is space, the close file is created (an existing one is kept).
     this.closeFile = await CloseFile.prepare(this.options.io, this.directory, this.options.log, closeFileUsed);
+    if (readOnly !== null) this.writes.openedReadOnly(readOnly);
+    else await this.writes.probeAtOpen();
   }
 
   protected waitForChange(): Promise<void> {

@@ -9,6 +9,8 @@
  * segment is cut back to its last committed size (a page cache keeps a batch whose fsync
  * failed: a restart must not take it as durable), a segment whose creation was interrupted
  * is finished, and a probe of WRITE_PROBE_BYTES past the end (then cut) must succeed.
+ * Before the first of these writes, a close file record open did not use is cleared
+ * (close-file.ts): it must never come to vouch for bytes written later.
  *
  * Losing the data directory's lock to another process stops writes for good.
  */
@@ -33,6 +35,8 @@ export interface WritableLog {
   readonly isClosing: () => boolean;
   /** Resolves once no group commit is being written. */
   readonly idle: () => Promise<void>;
+  /** Before the first write to the log after open (probes included): clears a close file record open did not use (close-file.ts). */
+  readonly beforeWrites: () => Promise<void>;
   /** Writes work again: appends are reserved from the end of the active segment. */
   readonly resumed: (active: Segment) => void;
 }
@@ -88,6 +92,7 @@ export class WriteAvailability {
     if (this.failure !== null) return;
     const active = this.log.active().segment;
     try {
+      await this.log.beforeWrites();
       await probe(active);
     } catch (error) {
       this.openedReadOnly(error instanceof Error ? error : new Error(String(error)));
@@ -139,6 +144,7 @@ export class WriteAvailability {
     if (this.log.isClosing()) throw new Error('The event store is closed');
     const { segment: active, table } = this.log.active();
     try {
+      await this.log.beforeWrites();
       if (active.size < SEGMENT_HEADER_SIZE) {
         const header = encodeSegmentHeader({ base: active.base, generation: 0 });
         await active.handle.truncate(0);

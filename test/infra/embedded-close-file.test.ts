@@ -111,14 +111,7 @@ describe('embedded log: the close file, at a clean stop on a full disk', () => {
   });
 
   it('runs as before when the close file cannot be created (a start on a full disk): the damaged last record is cut as after a crash', async () => {
-    const fs = new SimFs(new Rng(26));
-    const first = await simStore(fs);
-    for (const name of TEN) await first.append('device-1', [newEvent('Renamed', { name })], 'any');
-    await first.close();
-    fs.processExit();
-    await fs.unlink(CLOSE);
-    await fs.syncDirectory(DIR);
-    fs.faults = { ...NO_FAULTS, diskFull: true };
+    const fs = await tenRenamesThenFullDiskWithoutCloseFile(26);
     const messages: string[] = [];
     const store = await simStore(fs, { log: (message) => messages.push(message) });
     expect(messages.some((message) => message.includes(`could not prepare ${CLOSE_FILE_NAME}`))).toBe(true);
@@ -140,6 +133,19 @@ describe('embedded log: the close file, at a clean stop on a full disk', () => {
     await reopened.close();
   });
 });
+
+/** Ten renames, a clean stop, the close file gone, and a full disk (the next start cannot create it). */
+async function tenRenamesThenFullDiskWithoutCloseFile(seed: number): Promise<SimFs> {
+  const fs = new SimFs(new Rng(seed));
+  const first = await simStore(fs);
+  for (const name of TEN) await first.append('device-1', [newEvent('Renamed', { name })], 'any');
+  await first.close();
+  fs.processExit();
+  await fs.unlink(CLOSE);
+  await fs.syncDirectory(DIR);
+  fs.faults = { ...NO_FAULTS, diskFull: true };
+  return fs;
+}
 
 /** Overwrites the close file with `bytes` (durably). */
 async function overwriteCloseFile(fs: SimFs, bytes: Buffer): Promise<void> {
@@ -440,6 +446,46 @@ describe('embedded log: a kill at each step of the stop and of the start around 
         expect(kept.length).toBeLessThanOrEqual(11);
       }
     }
+  });
+});
+
+describe('embedded log: what reserving the close record inside the segment got wrong does not happen with the close file', () => {
+  it('a failed fsync during a roll-over, then a full disk, then a stop: the damaged last record is refused', async () => {
+    const fs = new SimFs(new Rng(51));
+    const store = await simStore(fs, { segmentBytes: 1200 });
+    const renames = TEN.slice(0, 4);
+    for (const name of renames) await store.append('device-1', [newEvent('Renamed', { name })], 'any');
+    const last = Number((await readAll(store.readStream('device-1'))).at(-1)?.position.commit);
+    // The next append starts a new segment; sealing this one fails its fsync.
+    fs.faults = { ...NO_FAULTS, syncEio: 1 };
+    await expect(store.append('device-1', [newEvent('Renamed', { name: 'Rolled' })], 'any')).rejects.toThrow('Event store unavailable');
+    fs.faults = { ...NO_FAULTS, diskFull: true };
+    await expect(store.append('device-1', [newEvent('Renamed', { name: 'Full' })], 'any')).rejects.toThrow('Event store unavailable');
+    await store.close();
+    fs.processExit();
+    expect(fs.list(DIR).filter((file) => file.name.endsWith('.log')).map((file) => file.name)).toEqual(['events.log']);
+    fs.flipBit(LOG, last + 30, 4);
+
+    await expect(simStore(fs, { segmentBytes: 1200 })).rejects.toThrow(`${LOG} is corrupt at byte ${last}`);
+  });
+
+  it('a log whose active segment is beyond the segment size (one file of an earlier version) opens on a full disk, read-only, and takes appends once space is back', async () => {
+    const fs = await tenRenamesThenFullDiskWithoutCloseFile(52);
+    const messages: string[] = [];
+
+    const store = await simStore(fs, { segmentBytes: 500, log: (message) => messages.push(message) });
+
+    expect(await names(store)).toEqual(TEN);
+    expect(messages.some((message) => message.includes('opened read-only'))).toBe(true);
+    await expect(store.append('device-1', [newEvent('Renamed', { name: 'Name 11' })], 'any')).rejects.toThrow('Event store unavailable');
+    fs.faults = { ...NO_FAULTS };
+    await store.append('device-1', [newEvent('Renamed', { name: 'Name 11' })], 'any');
+    expect(await names(store)).toEqual([...TEN, 'Name 11']);
+    await store.close();
+    fs.processExit();
+    const reopened = await simStore(fs, { segmentBytes: 500 });
+    expect(await names(reopened)).toEqual([...TEN, 'Name 11']);
+    await reopened.close();
   });
 });
 

@@ -284,12 +284,15 @@ async function createFirstSegment(io: StoreIo, directory: string): Promise<void>
  * so that later opens read its checkpoint instead of checking all of it; returns the new,
  * empty active segment.
  */
-async function sealOversized(directory: string, full: { segment: Segment; table: SegmentTable }, pool: HandlePool): Promise<{ segment: Segment; table: SegmentTable }> {
+async function sealOversized(directory: string, full: { segment: Segment; table: SegmentTable }, pool: HandlePool, log: (m: string) => void): Promise<{ segment: Segment; table: SegmentTable }> {
   const { segment, table } = full;
-  await writeSegmentIndex(segment.file, segment, table, false, pool.io);
-  segment.seal();
+  // A cache: when it cannot be written (a full disk), the next open scans the segment.
+  await writeSegmentIndex(segment.file, segment, table, false, pool.io).catch((error: unknown) =>
+    log(`Event log: could not write the index checkpoint of ${path.basename(segment.file)} (${errorMessage(error)})`),
+  );
   const base = segment.base + segment.size;
   const handle = await createSegmentFile(pool.io, directory, { base, generation: 0 });
+  segment.seal();
   const next = new SegmentTable(base, SEGMENT_HEADER_SIZE);
   next.coveredCrc = crc32(encodeSegmentHeader({ base, generation: 0 }));
   return { segment: new Segment(directory, base, 0, handle, SEGMENT_HEADER_SIZE, null, pool), table: next };
@@ -341,9 +344,15 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
     let active = await keep(bases[bases.length - 1] as number, true);
     const all = [...sealed, active];
     if (active.segment.size > options.segmentBytes && repairs.failed === null) {
-      active = await sealOversized(directory, active, options.pool);
-      opened.push(active);
-      all.push(active);
+      try {
+        active = await sealOversized(directory, active, options.pool, options.log);
+        opened.push(active);
+        all.push(active);
+      } catch (error) {
+        // The next segment could not be created (a full disk): the log opens read-only with
+        // this one still active, and resuming removes what the failed creation left.
+        repairs.failed = error instanceof Error ? error : new Error(String(error));
+      }
     }
     const index = new LogIndex();
     index.applyTables(all.map(({ segment, table }) => ({ table, file: segment.file })));

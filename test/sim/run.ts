@@ -27,7 +27,8 @@ function summary(result: SimResult): string {
   const faults = [...result.faults].map(([kind, n]) => `${kind} ${n}`).join(', ');
   return (
     `seed ${result.seed}: ${result.ops} ops, ${result.crashes} crashes, ${result.reopens} opens, ` +
-    `${result.appendsAcknowledged} appends acknowledged, ${result.appendsFailed} failed, ${result.eventsReclaimed} events reclaimed; ` +
+    `${result.appendsAcknowledged} appends acknowledged, ${result.appendsFailed} failed, ${result.eventsReclaimed} events reclaimed, ` +
+    `${result.fullDiskStopsRefused} damaged records refused after a clean stop on a full disk; ` +
     `faults: ${faults || 'none'}`
   );
 }
@@ -38,12 +39,13 @@ async function main(): Promise<void> {
   const seeds = integer('seeds', 1);
   const quiet = process.argv.includes('--quiet');
   const started = Date.now();
-  const totals = { ops: 0, crashes: 0, appends: 0, violations: 0 };
+  const totals = { ops: 0, crashes: 0, appends: 0, fullDiskStops: 0, violations: 0 };
   for (let s = seed; s < seed + seeds; s++) {
     const result = await runSimulation({ seed: s, ops });
     totals.ops += result.ops;
     totals.crashes += result.crashes;
     totals.appends += result.appendsAcknowledged;
+    totals.fullDiskStops += result.fullDiskStopsRefused;
     if (!quiet || result.violation !== null) console.log(summary(result));
     else if ((s - seed + 1) % 10 === 0) {
       console.log(`progress: seeds ${seed}..${s}, ${totals.ops} ops, ${totals.crashes} crashes, ${totals.appends} appends, ${((Date.now() - started) / 1000).toFixed(0)} s`);
@@ -58,7 +60,7 @@ async function main(): Promise<void> {
     break;
   }
   const seconds = ((Date.now() - started) / 1000).toFixed(1);
-  console.log(`total: seeds ${seed}..${seed + seeds - 1}, ${totals.ops} ops, ${totals.crashes} crashes, ${totals.appends} appends acknowledged, ${totals.violations} violations, ${seconds} s`);
+  console.log(`total: seeds ${seed}..${seed + seeds - 1}, ${totals.ops} ops, ${totals.crashes} crashes, ${totals.appends} appends acknowledged, ${totals.fullDiskStops} damaged records refused after a clean stop on a full disk, ${totals.violations} violations, ${seconds} s`);
   process.exitCode = totals.violations > 0 ? 1 : 0;
 }
 

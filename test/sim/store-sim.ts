@@ -110,6 +110,8 @@ export interface SimResult {
   readonly appendsAcknowledged: number;
   readonly appendsFailed: number;
   readonly eventsReclaimed: number;
+  /** Clean stops on a full disk after a failed write whose damaged last record the next start refused. */
+  readonly fullDiskStopsRefused: number;
   readonly faults: ReadonlyMap<string, number>;
   readonly violation: { readonly step: number; readonly message: string } | null;
   /** One line per operation executed (the last is the one that failed, on a violation). */
@@ -158,7 +160,7 @@ class World {
   private readonly heartbeatStreams: string[] = [];
   private step = 0;
   private rng: Rng;
-  readonly stats = { crashes: 0, reopens: 0, appendsAcknowledged: 0, appendsFailed: 0, eventsReclaimed: 0 };
+  readonly stats = { crashes: 0, reopens: 0, appendsAcknowledged: 0, appendsFailed: 0, eventsReclaimed: 0, fullDiskStopsRefused: 0 };
   readonly history: string[] = [];
 
   constructor(seed: number) {
@@ -703,6 +705,7 @@ class World {
       throw new Violation(`the last acknowledged record of ${active ?? '?'}, damaged after a clean stop on a full disk, was not refused at the start`);
     } catch (error) {
       this.openRefused(error);
+      this.stats.fullDiskStopsRefused++;
     }
     this.heal();
     await this.repairAndReopen(undo);

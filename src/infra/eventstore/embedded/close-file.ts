@@ -119,7 +119,7 @@ export async function readCloseFile(io: StoreIo, directory: string, log: (messag
 
 /** The open close file of a running store: overwritten in place at a stop that cannot write its close record. */
 export class CloseFile {
-  private invalidated: boolean;
+  private nothingToClear: boolean;
 
   private constructor(
     private readonly handle: StoreFile,
@@ -128,7 +128,7 @@ export class CloseFile {
     /** Whether open used the record it holds (then it stays); else it is zeroed before the first append. */
     used: boolean,
   ) {
-    this.invalidated = used;
+    this.nothingToClear = used;
   }
 
   /**
@@ -167,9 +167,9 @@ export class CloseFile {
    * over a record open did not use, so that it never comes to vouch for bytes written later.
    */
   async beforeWrites(): Promise<void> {
-    if (this.invalidated) return;
+    if (this.nothingToClear) return;
     await this.overwrite(Buffer.alloc(CLOSE_FILE_SIZE));
-    this.invalidated = true;
+    this.nothingToClear = true;
   }
 
   /** At a stop that could not write the close record: the same vouching, here; false when even this fails. */

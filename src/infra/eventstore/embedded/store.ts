@@ -324,10 +324,10 @@ export class EmbeddedStoreCore implements EventStore {
       const batch = split === -1 ? this.queue : this.queue.slice(0, split);
       this.queue = split === -1 ? [] : this.queue.slice(split);
       try {
-        if (base !== this.active().base) await this.startSegment(base);
-        // A close file's record open did not use must not come to vouch for what is appended now
+        // A close file's record open did not use must not come to vouch for what is written now
         // (cleared before the probe already; this only guards).
         await this.closeFile?.beforeWrites();
+        if (base !== this.active().base) await this.startSegment(base);
         const bytes = batch.length === 1 ? (batch[0] as PendingAppend).bytes : Buffer.concat(batch.map((a) => a.bytes));
         markFirstOfBatch(bytes);
         const start = (batch[0] as PendingAppend).fileOffset;

@@ -449,6 +449,30 @@ describe('embedded log: a kill at each step of the stop and of the start around 
   });
 });
 
+describe('embedded log: creating the close file', () => {
+  it('creates it at open with zeros, synced with its directory entry; a kill at any step of that leaves a log that opens and a close file made anew', async () => {
+    const dry = new KillingFs(new Rng(61));
+    dry.arm(Number.POSITIVE_INFINITY, 'power');
+    await (await simStore(dry)).close();
+    const creation = dry.calls.slice(dry.calls.indexOf(`open ${CLOSE} wx+`));
+    expect(creation.slice(0, 4)).toEqual([`open ${CLOSE} wx+`, `write ${CLOSE} @0`, `datasync ${CLOSE}`, `syncDirectory ${DIR}`]);
+    const first = dry.calls.indexOf(`open ${CLOSE} wx+`);
+
+    for (let killAt = first; killAt <= first + 4; killAt++) {
+      const fs = new KillingFs(new Rng(61));
+      fs.arm(killAt, 'power');
+      await simStore(fs)
+        .then((store) => store.close())
+        .catch(() => undefined);
+      fs.revive();
+      const store = await simStore(fs);
+      await store.append('device-1', [newEvent('Renamed', { name: 'Name 1' })], 'any');
+      expect({ killAt, names: await names(store), close: fs.fileBytes(CLOSE) }).toEqual({ killAt, names: ['Name 1'], close: Buffer.alloc(CLOSE_FILE_SIZE) });
+      await store.close();
+    }
+  });
+});
+
 describe('embedded log: what reserving the close record inside the segment got wrong does not happen with the close file', () => {
   it('a failed fsync during a roll-over, then a full disk, then a stop: the damaged last record is refused', async () => {
     const fs = new SimFs(new Rng(51));

@@ -17,7 +17,7 @@
  * the copy's through the shared temporary file nor land after it; it is skipped once the
  * segment it was encoded from is retired.
  */
-import { CLOSE_FILE_NAME, type CloseFile } from './close-file';
+import { CLOSE_FILE_NAME, segmentIdentity, type CloseFile } from './close-file';
 import { errorMessage, writeFully } from './files';
 import type { StoreIo } from './io';
 import { encodeCloseRecord, SEGMENT_HEADER_SIZE } from './record-format';
@@ -93,7 +93,8 @@ export class CheckpointWriter {
     } catch (error) {
       await active.handle.truncate(active.size).catch(() => undefined);
       // The bytes of the segment are never touched for it: the close file, overwritten in place, takes it.
-      const kept = (await closeFile?.record({ base: active.base, generation: active.generation, length: active.size, crc })) ?? false;
+      const identity = await segmentIdentity(active.handle, active.size).catch(() => null);
+      const kept = identity !== null && closeFile !== null && (await closeFile.record({ base: active.base, generation: active.generation, length: active.size, crc, identity }));
       this.log(
         kept
           ? `Event log: could not mark the clean close of ${active.file} in the segment (${errorMessage(error)}); marked it in ${CLOSE_FILE_NAME}`

@@ -61,8 +61,9 @@
  */
 import * as path from 'node:path';
 import { crc32 } from './crc32';
-import { errorCode, errorMessage, writeFully } from './files';
+import { errorCode, errorMessage, readFully, writeFully } from './files';
 import type { StoreFile, StoreIo } from './io';
+import { encodeSegmentHeader, RECORD_PREFIX_SIZE, SEGMENT_HEADER_SIZE } from './record-format';
 
 export const CLOSE_FILE_NAME = 'close.rec';
 /** Fixed size of the close file: far below one disk sector, so an overwrite is one sector write. */
@@ -70,17 +71,47 @@ export const CLOSE_FILE_SIZE = 64;
 
 const MAGIC = Buffer.from('HHCLOSE', 'latin1');
 const VERSION = 1;
-const BODY_SIZE = 28;
+const BODY_SIZE = 36;
+/** The identity covers at most this many bytes of the segment (a first record can be up to 16 MiB). */
+const MAX_IDENTITY_BYTES = 64 * 1024;
 
-/** What a close file vouches for: bytes [0, length) of the segment (base, generation) have CRC-32 `crc`. */
+/** Which segment's bytes a record is about: CRC-32 of its first `length` bytes (its header and its first record). */
+export interface SegmentIdentity {
+  readonly length: number;
+  readonly crc: number;
+}
+
+/**
+ * What a close file vouches for: bytes [0, length) of the segment (base, generation) have
+ * CRC-32 `crc`; `identity` tells that segment from another log's with the same base and
+ * generation (every log's first segment is base 0, generation 0).
+ */
 export interface CloseFileRecord {
   readonly base: number;
   readonly generation: number;
   readonly length: number;
   readonly crc: number;
+  readonly identity: SegmentIdentity;
 }
 
-export function encodeCloseFile(record: CloseFileRecord): Buffer {
+/** The identity of a segment that holds only its header: the same for every log with that base and generation. */
+export function headerIdentity(base: number, generation: number): SegmentIdentity {
+  return { length: SEGMENT_HEADER_SIZE, crc: crc32(encodeSegmentHeader({ base, generation })) };
+}
+
+/** The identity of a segment whose first `length` bytes are vouched for: its header and first record (or what of it lies within `length`). */
+export async function segmentIdentity(handle: StoreFile, length: number): Promise<SegmentIdentity> {
+  let end = Math.min(length, SEGMENT_HEADER_SIZE);
+  if (length >= SEGMENT_HEADER_SIZE + RECORD_PREFIX_SIZE) {
+    const bodyLength = (await readFully(handle, SEGMENT_HEADER_SIZE, 4)).readUInt32LE(0);
+    end = Math.min(length, SEGMENT_HEADER_SIZE + RECORD_PREFIX_SIZE + bodyLength, MAX_IDENTITY_BYTES);
+  }
+  return { length: end, crc: crc32(await readFully(handle, 0, end)) };
+}
+
+/** A record without `identity` is given the header's (tests of records that never apply). */
+export function encodeCloseFile(record: Omit<CloseFileRecord, 'identity'> & { readonly identity?: SegmentIdentity }): Buffer {
+  const identity = record.identity ?? headerIdentity(record.base, record.generation);
   const bytes = Buffer.alloc(CLOSE_FILE_SIZE);
   MAGIC.copy(bytes, 0);
   bytes[7] = VERSION;
@@ -88,6 +119,8 @@ export function encodeCloseFile(record: CloseFileRecord): Buffer {
   bytes.writeUInt16LE(record.generation, 14);
   bytes.writeUIntLE(record.length, 16, 6);
   bytes.writeUInt32LE(record.crc >>> 0, 24);
+  bytes.writeUInt32LE(identity.length, 28);
+  bytes.writeUInt32LE(identity.crc >>> 0, 32);
   bytes.writeUInt32LE(crc32(bytes.subarray(0, BODY_SIZE)), BODY_SIZE);
   return bytes;
 }
@@ -99,83 +132,109 @@ export function decodeCloseFile(bytes: Buffer): CloseFileRecord | { readonly ign
   if (!bytes.subarray(0, MAGIC.length).equals(MAGIC) || bytes[7] !== VERSION) return { ignored: 'unknown format' };
   if (crc32(bytes.subarray(0, BODY_SIZE)) !== bytes.readUInt32LE(BODY_SIZE) || bytes.readUInt16LE(22) !== 0) return { ignored: 'checksum mismatch' };
   if (!bytes.subarray(BODY_SIZE + 4).every((byte) => byte === 0)) return { ignored: 'bytes after the record' };
-  return { base: bytes.readUIntLE(8, 6), generation: bytes.readUInt16LE(14), length: bytes.readUIntLE(16, 6), crc: bytes.readUInt32LE(24) };
+  return {
+    base: bytes.readUIntLE(8, 6),
+    generation: bytes.readUInt16LE(14),
+    length: bytes.readUIntLE(16, 6),
+    crc: bytes.readUInt32LE(24),
+    identity: { length: bytes.readUInt32LE(28), crc: bytes.readUInt32LE(32) },
+  };
+}
+
+/** Whether a close file's bytes (as open read them) hold something that must be zeroed before writes when open does not use it. */
+export function holdsRecord(bytes: Buffer | null): boolean {
+  return bytes !== null && bytes.length === CLOSE_FILE_SIZE && !bytes.every((byte) => byte === 0);
 }
 
 /**
- * Reads the close file at open, before the segments. Missing, or unreadable but for a
- * transient lack of file handles (which fails the open, to be retried): none.
+ * Reads the close file at open, before the segments. Missing: none. Any other error fails
+ * the open (to be retried), naming the file: a record it may hold must neither be passed
+ * over (the end of the log would be cut as after a crash) nor cleared.
  */
-export async function readCloseFile(io: StoreIo, directory: string, log: (message: string) => void): Promise<Buffer | null> {
+export async function readCloseFile(io: StoreIo, directory: string): Promise<Buffer | null> {
+  const file = path.join(directory, CLOSE_FILE_NAME);
   try {
-    return await io.readFile(path.join(directory, CLOSE_FILE_NAME));
+    return await io.readFile(file);
   } catch (error) {
-    const code = errorCode(error);
-    if (code === 'EMFILE' || code === 'ENFILE') throw error;
-    if (code !== 'ENOENT') log(`Event log: could not read ${CLOSE_FILE_NAME} (${errorMessage(error)}); ignored`);
-    return null;
+    if (errorCode(error) === 'ENOENT') return null;
+    throw new Error(
+      `Event log: could not read ${file} (${errorMessage(error)}); refusing to open. It may vouch for the last clean stop on a full disk: ` +
+        `retry; if it stays unreadable, moving it away gives up only that vouching`,
+      { cause: error },
+    );
   }
 }
 
-/** The open close file of a running store: overwritten in place at a stop that cannot write its close record. */
-export class CloseFile {
-  private nothingToClear: boolean;
+/**
+ * What open made of the close file's record: used (it vouches; kept), to be cleared (a
+ * record open ignored: zeroed before the first write to the log), or nothing to do.
+ */
+export type CloseFileAtOpen = 'used' | 'clear' | 'none';
 
+/** The close file of a running store: overwritten in place at a stop that cannot write its close record. */
+export class CloseFile {
   private constructor(
-    private readonly handle: StoreFile,
+    private readonly io: StoreIo,
     private readonly file: string,
+    private handle: StoreFile | null,
     private readonly log: (message: string) => void,
-    /** Whether open used the record it holds (then it stays); else it is zeroed before the first append. */
-    used: boolean,
-  ) {
-    this.nothingToClear = used;
-  }
+    /** A record open ignored is still on disk: no write to the log until it is zeroed. */
+    private mustClear: boolean,
+  ) {}
 
   /**
-   * At open, after the write probe: keeps the close file if it has its size, else creates it
-   * (zeros, synced, its directory entry too). Null when that cannot be done (a full disk, say):
-   * the store then runs as without it.
+   * At open, before the write probe: keeps the close file if it has its size, else creates
+   * it (zeros, synced, its directory entry too). When that cannot be done (a full disk, an
+   * I/O error) the store runs without a handle on it: an existing file is left as it is (its
+   * record may be the one open used), a record open ignored is still zeroed before the first
+   * write (beforeWrites opens it again, and writes wait until that works), and a stop tries
+   * to open it again.
    */
-  static async prepare(io: StoreIo, directory: string, log: (message: string) => void, used: boolean): Promise<CloseFile | null> {
+  static async prepare(io: StoreIo, directory: string, log: (message: string) => void, atOpen: CloseFileAtOpen): Promise<CloseFile> {
     const file = path.join(directory, CLOSE_FILE_NAME);
     let handle: StoreFile | null = null;
+    let created = false;
     try {
-      handle = await io.open(file, 'r+').catch((error: unknown) => {
-        if (errorCode(error) === 'ENOENT') return null;
-        throw error;
-      });
-      if (handle !== null && (await handle.stat()).size === CLOSE_FILE_SIZE) return new CloseFile(handle, file, log, used);
-      // Missing, or left by a creation that did not finish: created anew.
+      handle = await openInPlace(io, file);
+      if (handle !== null && (await handle.stat()).size === CLOSE_FILE_SIZE) return new CloseFile(io, file, handle, log, atOpen === 'clear');
+      // Missing, or left by a creation that did not finish (another size: never used): created anew.
       if (handle !== null) await handle.close();
       handle = null;
       await io.unlink(file);
       handle = await io.open(file, 'wx+');
+      created = true;
       await writeFully(handle, Buffer.alloc(CLOSE_FILE_SIZE), 0);
       await handle.datasync();
       await io.syncDirectory(directory);
-      return new CloseFile(handle, file, log, true);
+      return new CloseFile(io, file, handle, log, false);
     } catch (error) {
-      log(`Event log: could not prepare ${CLOSE_FILE_NAME} (${errorMessage(error)}); a clean stop on a full disk cannot mark its close`);
+      log(`Event log: could not prepare ${CLOSE_FILE_NAME} (${errorMessage(error)}); a clean stop on a full disk may not be able to mark its close`);
       await handle?.close().catch(() => undefined);
-      if (handle !== null) await io.unlink(file).catch(() => undefined);
-      return null;
+      // Only a file this call created is removed (it holds nothing); an existing one keeps its record.
+      if (created) await io.unlink(file).catch(() => undefined);
+      return new CloseFile(io, file, null, log, atOpen === 'clear');
     }
   }
 
   /**
-   * Before the first write to the log after open (its write probe, its first append): zeros
-   * over a record open did not use, so that it never comes to vouch for bytes written later.
+   * Before the first write to the log after open (its write probe, its first append, a
+   * resume): zeros over a record open did not use, so that it never comes to vouch for bytes
+   * written later. Throws while that cannot be done: the write waits (read-only, resumed later).
    */
   async beforeWrites(): Promise<void> {
-    if (this.nothingToClear) return;
-    await this.overwrite(Buffer.alloc(CLOSE_FILE_SIZE));
-    this.nothingToClear = true;
+    if (!this.mustClear) return;
+    const handle = await this.openHandle();
+    // Gone meanwhile: nothing left to clear.
+    if (handle !== null) await overwrite(handle, Buffer.alloc(CLOSE_FILE_SIZE));
+    this.mustClear = false;
   }
 
   /** At a stop that could not write the close record: the same vouching, here; false when even this fails. */
   async record(record: CloseFileRecord): Promise<boolean> {
     try {
-      await this.overwrite(encodeCloseFile(record));
+      const handle = await this.openHandle();
+      if (handle === null) throw new Error(`${CLOSE_FILE_NAME} does not exist`);
+      await overwrite(handle, encodeCloseFile(record));
       return true;
     } catch (error) {
       this.log(`Event log: could not write ${this.file} either (${errorMessage(error)}); the next open checks the end of the log as after a crash`);
@@ -184,12 +243,40 @@ export class CloseFile {
   }
 
   async close(): Promise<void> {
-    await this.handle.close();
+    await this.handle?.close();
+    this.handle = null;
   }
 
-  /** In place: all of its bytes at offset 0 (no new blocks), then synced. */
-  private async overwrite(bytes: Buffer): Promise<void> {
-    await writeFully(this.handle, bytes, 0);
-    await this.handle.datasync();
+  /** The open file, opened in place now if prepare could not (null: it does not exist). */
+  private async openHandle(): Promise<StoreFile | null> {
+    if (this.handle !== null) return this.handle;
+    const handle = await openInPlace(this.io, this.file);
+    if (handle === null) return null;
+    const size = (await handle.stat().catch(async (error: unknown) => {
+      await handle.close();
+      throw error;
+    })).size;
+    if (size !== CLOSE_FILE_SIZE) {
+      await handle.close();
+      // Another size never vouches and open would create it anew.
+      return null;
+    }
+    this.handle = handle;
+    return handle;
   }
+}
+
+async function openInPlace(io: StoreIo, file: string): Promise<StoreFile | null> {
+  try {
+    return await io.open(file, 'r+');
+  } catch (error) {
+    if (errorCode(error) === 'ENOENT') return null;
+    throw error;
+  }
+}
+
+/** In place: all of its bytes at offset 0 (no new blocks), then synced. */
+async function overwrite(handle: StoreFile, bytes: Buffer): Promise<void> {
+  await writeFully(handle, bytes, 0);
+  await handle.datasync();
 }

@@ -89,10 +89,10 @@ export async function openEmbeddedEventStore(dataDir: string, options: EmbeddedE
   });
   try {
     const pool = new HandlePool(resolved.io);
-    const closeFile = await readCloseFile(resolved.io, directory, resolved.log);
+    const closeFile = await readCloseFile(resolved.io, directory);
     const log = await openLog(directory, { onTornTail: options.onTornTail ?? warnTornTail(directory), log: resolved.log, pool, segmentBytes: resolved.segmentBytes, io: resolved.io, closeFile });
     opened = new EmbeddedEventStore(directory, log.segments, log.index, log.activeTable, resolved, pool, releaseLock);
-    await opened.checkWritableAtOpen(log.readOnly, log.closeFileUsed);
+    await opened.checkWritableAtOpen(log.readOnly, log.closeFile);
     return opened;
   } catch (error) {
     await releaseLock();

@@ -20,7 +20,8 @@ import { CorruptEventLogError } from './errors';
 import { errorCode, errorMessage, readFully, writeFully } from './files';
 import type { StoreFile, StoreIo } from './io';
 import { LogIndex } from './log-index';
-import { CLOSE_FILE_NAME, decodeCloseFile, type CloseFileRecord } from './close-file';
+import { CLOSE_FILE_NAME, decodeCloseFile, holdsRecord, type CloseFileAtOpen, type CloseFileRecord } from './close-file';
+import { RecordCursor } from './record-cursor';
 import { CLOSE_RECORD_SIZE, decodeCloseRecord, decodeSegmentHeader, encodeSegmentHeader, SEGMENT_HEADER_SIZE, type CloseRecord, type SegmentHeader } from './record-format';
 import { locatorOf, Segment, segmentBaseOfName, segmentFileName, type HandlePool } from './segment';
 import { loadSegmentIndex, writeSegmentIndex } from './segment-index-file';
@@ -40,8 +41,8 @@ export interface OpenedLog {
   readonly activeTable: SegmentTable;
   /** Why the log could only be opened for reading (a repair write failed: a full disk, say), or null. */
   readonly readOnly: Error | null;
-  /** Whether the close file's record vouched for the active segment (close-file.ts). */
-  readonly closeFileUsed: boolean;
+  /** What open made of the close file's record (close-file.ts). */
+  readonly closeFile: CloseFileAtOpen;
 }
 
 export interface RecoveryOptions {
@@ -187,24 +188,37 @@ async function activeTable(handle: StoreFile, file: string, header: SegmentHeade
   const closed = await readCloseRecord(handle, size);
   const logEnd = closed?.offset ?? size;
   // A stop that could not write the close record (a full disk) left it in the close file.
-  const fromFile = closeFileFor(file, header, logEnd, options);
-  repairs.closeFileUsed = fromFile !== null;
+  const fromFile = await closeFileFor(handle, file, header, logEnd, options);
+  if (fromFile !== null) repairs.closeFile = 'used';
   const verified = await verifiedActiveCheckpoint(options.io, handle, file, header, logEnd, options.log);
   const checkpoint = verified.table;
   const table = checkpoint ?? new SegmentTable(header.base, SEGMENT_HEADER_SIZE);
   const from = table.coveredSize;
   const vouchedEnd = Math.max(verified.vouchedEnd, closed?.offset ?? 0, fromFile?.length ?? 0);
-  const target = { file, base: header.base, readAt: (o: number, l: number) => readFully(handle, o, l), fileSize: logEnd, sealed: false, vouchedEnd };
+  const vouchedBy = fromFile !== null && fromFile.length === vouchedEnd ? closeFileVouching(fromFile) : undefined;
+  const target = { file, base: header.base, readAt: (o: number, l: number) => readFully(handle, o, l), fileSize: logEnd, sealed: false, vouchedEnd, vouchedBy };
   const { end } = await scanSegment(target, table);
   table.coveredCrc = await crcOfFile(handle, checkpoint === null ? 0 : from, end, checkpoint?.coveredCrc ?? 0);
   if (closed !== null && table.coveredCrc !== closed.crc) {
     throw new CorruptEventLogError(file, closed.offset, 'the bytes before the record of its last clean close do not have the checksum it recorded');
   }
   if (fromFile !== null) {
-    // The scan reached at least its length (else it refused): nothing follows it but a torn tail.
+    // The scan reached at least its length (else it refused): every record before it is
+    // intact (its own CRC-32, or a checkpoint's). Another checksum then is not damage, which
+    // breaks a record's CRC, but the same log rewritten from some record on by something
+    // that does not know the close file: a version before it after a downgrade, which cut
+    // the damaged last record as a torn tail and appended over it (that loss has happened
+    // and cannot be undone now), or a copy of this log from another moment. Said loudly;
+    // the record is stale and cleared.
     const crc = end === fromFile.length ? table.coveredCrc : await crcOfFile(handle, 0, fromFile.length, 0);
     if (crc !== fromFile.crc) {
-      throw new CorruptEventLogError(file, fromFile.length, `the bytes before it do not have the checksum ${CLOSE_FILE_NAME} recorded at its last clean stop`);
+      options.log(
+        `Event log: ${CLOSE_FILE_NAME} vouched for the first ${fromFile.length} bytes of ${path.basename(file)} at its last clean stop on a full disk, ` +
+          `but every record there is intact and their checksum differs: they were rewritten since by a version without ${CLOSE_FILE_NAME} ` +
+          `(after a downgrade; it may have cut a damaged acknowledged record before byte ${fromFile.length}) or replaced by a copy from another moment. ` +
+          `${CLOSE_FILE_NAME} is stale and cleared; the log opens as it is`,
+      );
+      repairs.closeFile = 'clear';
     }
   }
   if (end < logEnd) options.onTornTail({ offset: end, droppedBytes: size - end });
@@ -224,31 +238,52 @@ async function activeTable(handle: StoreFile, file: string, header: SegmentHeade
   return { table, size: end };
 }
 
-/** The first repair write at open that failed (the log then opens read-only), and whether the close file vouched. */
+/** The first repair write at open that failed (the log then opens read-only), and what open made of the close file. */
 interface Repairs {
   failed: Error | null;
-  closeFileUsed: boolean;
+  closeFile: CloseFileAtOpen;
+}
+
+/** How a refusal names the close file's vouching. */
+function closeFileVouching(record: CloseFileRecord): string {
+  return (
+    `${CLOSE_FILE_NAME} vouches for its first ${record.length} bytes, recorded at its last clean stop on a full disk; ` +
+    `only if these segments were restored or copied from another log or another moment is ${CLOSE_FILE_NAME} stale (move it away and start again)`
+  );
 }
 
 /**
- * The close file's record if it vouches for this active segment: intact, naming it, and for
- * no more bytes than it has. Anything else is ignored (said on the log when not empty).
+ * The close file's record if it vouches for this active segment: intact, naming it (base,
+ * generation, and the identity of its first bytes), and for no more bytes than it has.
+ * Anything else is ignored (said on the log when not empty). A record whose identity does
+ * not match is another log's when the segment's first record is intact (damage cannot turn
+ * one intact record into another); when that record is damaged or torn too, it is taken as
+ * this log's, damaged there, and the scan refuses it naming the close file.
  */
-function closeFileFor(file: string, header: SegmentHeader, size: number, options: RecoveryOptions): CloseFileRecord | null {
+async function closeFileFor(handle: StoreFile, file: string, header: SegmentHeader, size: number, options: RecoveryOptions): Promise<CloseFileRecord | null> {
   if (options.closeFile === null) return null;
   const decoded = decodeCloseFile(options.closeFile);
   let ignored: string | null = 'ignored' in decoded ? decoded.ignored : null;
   if (!('ignored' in decoded)) {
+    const { identity } = decoded;
     if (decoded.base !== header.base || decoded.generation !== header.generation) ignored = `it names another segment (base ${decoded.base})`;
     else if (decoded.length > size) ignored = `it vouches for ${decoded.length} bytes, the segment has ${size}`;
     else if (decoded.length < SEGMENT_HEADER_SIZE) ignored = 'it vouches for less than a segment header';
-    else {
+    else if (identity.length < SEGMENT_HEADER_SIZE || identity.length > decoded.length) ignored = 'its identity of the segment is out of range';
+    else if (crc32(await readFully(handle, 0, identity.length)) !== identity.crc && (await firstRecordIntact(handle, header.base, size))) {
+      ignored = `it is another log's: the first record of ${path.basename(file)} is intact and not the one it names`;
+    } else {
       options.log(`Event log: the last clean stop marked its close in ${CLOSE_FILE_NAME} (a full disk): the first ${decoded.length} bytes of ${path.basename(file)} are checked as acknowledged`);
       return decoded;
     }
   }
   if (ignored !== 'empty') options.log(`Event log: ${CLOSE_FILE_NAME} ignored (${ignored})`);
   return null;
+}
+
+async function firstRecordIntact(handle: StoreFile, base: number, size: number): Promise<boolean> {
+  const cursor = new RecordCursor((o, l) => readFully(handle, o, l), base, size, 64 * 1024);
+  return (await cursor.decodeAt(SEGMENT_HEADER_SIZE)).kind === 'ok';
 }
 
 /** Opens a segment; only the active one keeps its file open (sealed ones open theirs when read). */
@@ -328,7 +363,8 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
     bases = [0];
   }
   const opened: Array<{ segment: Segment; table: SegmentTable }> = [];
-  const repairs: Repairs = { failed: null, closeFileUsed: false };
+  // A record open does not use is zeroed before the first write (close-file.ts).
+  const repairs: Repairs = { failed: null, closeFile: holdsRecord(options.closeFile) ? 'clear' : 'none' };
   // The entries open finds are made durable before anything is appended: a segment whose
   // creation a stopped process left unsynced must not vanish at a later power cut with the
   // appends acknowledged in it.
@@ -356,7 +392,7 @@ export async function openLog(directory: string, options: RecoveryOptions): Prom
     }
     const index = new LogIndex();
     index.applyTables(all.map(({ segment, table }) => ({ table, file: segment.file })));
-    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table, readOnly: repairs.failed, closeFileUsed: repairs.closeFileUsed };
+    return { segments: all.map(({ segment }) => segment), index, activeTable: active.table, readOnly: repairs.failed, closeFile: repairs.closeFile };
   } catch (error) {
     await Promise.all(opened.map(({ segment }) => segment.retire()));
     throw error;

@@ -48,6 +48,8 @@ export interface ScanTarget {
    * torn tail.
    */
   readonly vouchedEnd?: number;
+  /** Who vouches for those bytes, for a refusal's message, when it is not a clean close or a checkpoint (the close file). */
+  readonly vouchedBy?: string;
 }
 
 /** Where complete appends end, and whether bytes after that are a torn tail. */
@@ -76,7 +78,7 @@ export async function scanSegment(target: ScanTarget, table: SegmentTable): Prom
     if (result.kind !== 'ok') {
       const reason = result.kind === 'invalid' ? result.reason : 'record runs past the end of file';
       if (target.sealed) throw new CorruptEventLogError(file, offset, `${reason} in a sealed segment`);
-      if (offset < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, offset, `${reason} in acknowledged data (a clean close or an index checkpoint vouches for it)`);
+      if (offset < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, offset, `${reason} in acknowledged data (${target.vouchedBy ?? 'a clean close or an index checkpoint vouches for it'})`);
       // A batch is written only after the previous one was synced, so damage followed by
       // the start of a later batch hit synced (acknowledged) data. Without one, the damage
       // lies in the last batch, which a crash may leave torn anywhere, holes included.
@@ -102,7 +104,7 @@ export async function scanSegment(target: ScanTarget, table: SegmentTable): Prom
   if (target.sealed && end < fileSize) {
     throw new CorruptEventLogError(file, end, 'an append is cut short at the end of a sealed segment');
   }
-  if (end < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, end, 'an append is cut short in acknowledged data (a clean close or an index checkpoint vouches for it)');
+  if (end < (target.vouchedEnd ?? 0)) throw new CorruptEventLogError(file, end, `an append is cut short in acknowledged data (${target.vouchedBy ?? 'a clean close or an index checkpoint vouches for it'})`);
   table.coveredSize = end;
   return { end };
 }

@@ -34,7 +34,7 @@ import { LogSubscription, tail, type TailSource } from './subscription';
 import type { GroupCommit, ResolvedOptions } from './options';
 import { CheckpointWriter } from './checkpoints';
 import { WriteAvailability } from './write-availability';
-import { CloseFile } from './close-file';
+import { CloseFile, type CloseFileAtOpen } from './close-file';
 
 interface ReservedRecord {
   readonly revision: number;
@@ -98,7 +98,7 @@ export class EmbeddedStoreCore implements EventStore {
   protected readonly checkpoints: CheckpointWriter;
   protected readonly recent = new RecentCommits();
   private readonly reader: LogReader;
-  /** Where a stop that cannot append its close record puts it (close-file.ts); null when it could not be prepared. */
+  /** Where a stop that cannot append its close record puts it (close-file.ts); set at open. */
   private closeFile: CloseFile | null = null;
 
   constructor(
@@ -434,9 +434,9 @@ export class EmbeddedStoreCore implements EventStore {
    * write probe fails now (a start on a full disk), so readiness says so from the start.
    * Before that the close file is made ready (close-file.ts).
    */
-  async checkWritableAtOpen(readOnly: Error | null, closeFileUsed: boolean): Promise<void> {
-    // Next to the probe: while there is space, the close file is created (an existing one is kept).
-    this.closeFile = await CloseFile.prepare(this.options.io, this.directory, this.options.log, closeFileUsed);
+  async checkWritableAtOpen(readOnly: Error | null, closeFile: CloseFileAtOpen): Promise<void> {
+    // Before the probe: while there is space, the close file is created (an existing one is kept).
+    this.closeFile = await CloseFile.prepare(this.options.io, this.directory, this.options.log, closeFile);
     if (readOnly !== null) this.writes.openedReadOnly(readOnly);
     else await this.writes.probeAtOpen();
   }

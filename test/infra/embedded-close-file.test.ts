@@ -66,6 +66,24 @@ describe('embedded log: the close file, at a clean stop on a full disk', () => {
     expect(tornTails).toEqual([]);
   });
 
+  // The identity (header and first record) then no longer matches, but the first record is
+  // not intact: damage, not another log's file.
+  it('refuses a bit flipped in the only record of the segment, naming the close file', async () => {
+    const fs = new SimFs(new Rng(25));
+    const store = await simStore(fs);
+    await store.append('device-1', [newEvent('Renamed', { name: 'Name 1' })], 'any');
+    fs.faults = { ...NO_FAULTS, diskFull: true };
+    await expect(store.append('device-1', [newEvent('Renamed', { name: 'Name 2' })], 'any')).rejects.toThrow('Event store unavailable');
+    await store.close();
+    fs.processExit();
+    const recorded = decodeCloseFile(fs.fileBytes(CLOSE));
+    if ('ignored' in recorded) throw new Error(`no close file record: ${recorded.ignored}`);
+    expect(recorded.identity.length).toBe(recorded.length);
+    fs.flipBit(LOG, 16 + 30, 4);
+
+    await expect(simStore(fs)).rejects.toThrow(`${LOG} is corrupt at byte 16: checksum mismatch in acknowledged data (${CLOSE_FILE_NAME} vouches for its first ${recorded.length} bytes`);
+  });
+
   it('refuses it too once space is back, and opens with all ten once the damage is repaired', async () => {
     const { fs, last, undo } = await stoppedOnFullDiskThenDamaged(22);
     fs.faults = { ...NO_FAULTS };

@@ -14,18 +14,39 @@
  *
  * Layout (all little-endian): "HHCLOSE" | u8 version (1) | u48 base of the segment |
  * u16 its generation | u48 the bytes of the segment it vouches for | u16 0 |
- * u32 CRC-32 of those bytes | u32 CRC-32 of the 28 bytes before it | zeros to the end.
+ * u32 CRC-32 of those bytes | u32 identity length | u32 CRC-32 of the segment's first
+ * identity-length bytes | u32 CRC-32 of the 36 bytes before it | zeros to the end.
  *
- * It only ever adds vouching: at open, a record that is intact, names the active segment
- * (base and generation) and vouches for no more bytes than the segment has is used exactly
- * as the close record in the segment would be (damage in those bytes, or another checksum,
- * is refused naming the file and the byte). Anything else (zeros, a damaged or torn record,
- * another segment, a length beyond the file, a file of another size) is ignored, so the
- * file can never make a log unopenable. An ignored record is overwritten with zeros (and
- * synced) before the first write to the log after the open (its write probe; appends wait
- * for it): it must never come to vouch for bytes written later. A used one is kept: the
- * segment only grows past what it vouches for, and those bytes are never rewritten while
- * the segment is active, so it stays true.
+ * The identity covers the segment's header and its first record (at most 64 KiB of it,
+ * never past the vouched length). Every log's first segment is base 0, generation 0: the
+ * identity tells this log's from another one restored into the directory, whose first
+ * record differs (its event id, its time).
+ *
+ * It only adds vouching: at open, a record that is intact, names the active segment (base
+ * and generation) and vouches for no more bytes than the segment has is used exactly as
+ * the close record in the segment would be: damage in those bytes is refused naming the
+ * segment, the byte and the close file. Anything else (zeros, a damaged or torn record,
+ * another segment, a length beyond the file, a file of another size) is ignored. A record
+ * whose identity does not match is ignored when the segment's first record is intact (it
+ * is another log's: a bit flip cannot turn one intact record into another); when that
+ * first record is itself damaged or torn the record is used, and the scan refuses the
+ * damage. That is the one way a stale close file refuses a log it does not belong to:
+ * another log restored into the directory whose first record is damaged or torn (such a
+ * log holds no acknowledged event, or is refused anyway when anything follows). Records
+ * that are intact one by one but whose checksum differs from the record's are not damage
+ * (that breaks a record's own CRC-32): the same log rewritten by something that does not
+ * know the close file (a version before it after a downgrade, which cut a damaged last
+ * record and appended over it; that loss happened then). Open says so, naming the file,
+ * ignores the record and opens. A close file that exists but cannot be read (EIO, say)
+ * fails the open, naming it: it is neither passed over nor cleared.
+ *
+ * An ignored record is overwritten with zeros (and synced) before the first write to the
+ * log after the open (its write probe; appends wait for it), also when the file could not
+ * be opened at open (then the write probe fails, the log opens read-only, and each resume
+ * tries again): it must never come to vouch for bytes written later. A used one is kept:
+ * the segment only grows past what it vouches for, and those bytes are never rewritten
+ * while the segment is active, so it stays true. Open never removes a close file it did not
+ * create itself.
  *
  * Kill points (a kill -9 or a power cut between any two I/O calls), in order:
  *

@@ -12,7 +12,8 @@
  * SNAPSHOT_INTERVAL_SECONDS and WAIT_MS (a pause before the kill) choose whether a start
  * snapshot covers the events at the crash. RUNS=<n> restarts n times, each on a fresh copy of
  * the crashed DATA_DIR, and prints the medians; MAIN=<file> runs another compiled entry point
- * (another build of the service) instead of dist/main.js. INTERLEAVE=1 registers every hub
+ * (another build of the service) instead of dist/main.js; BENCH_SERVICE_ARGS, Node options for
+ * the restarted process (space-separated). INTERLEAVE=1 registers every hub
  * first, then sends the heartbeats in rounds over all hubs, as a fleet's heartbeats arrive
  * (each device's events are then spread over the whole log, not next to each other).
  *
@@ -178,8 +179,10 @@ function benchUserToken(dataDir: string): string | null {
 
 async function restart(dataDir: string): Promise<Restarted> {
   const profile = process.env.PROF !== undefined ? ['--cpu-prof', '--cpu-prof-dir', process.env.PROF] : [];
+  // Node options of the restarted service (as bench/storm.ts takes them), e.g. V8 heap flags.
+  const extra = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((arg) => arg.length > 0);
   const token = benchUserToken(dataDir);
-  const service = await start(dataDir, profile, {});
+  const service = await start(dataDir, [...extra, ...profile], {});
   const base = `http://127.0.0.1:${service.port}`;
   const [readyMs, devicesMs] = await Promise.all([
     firstOk(service.spawnedAt, async () => (await fetch(`${base}/api/v1/health/ready`)).status === 200),

@@ -77,12 +77,14 @@ export function expirySchedulerContract(name: string, open: () => Promise<Opened
     });
 
     test('scheduling a key that has a job keeps that one job', async () => {
-      await start(async () => null);
+      // Started only after the three calls: on a busy machine they can take longer than the
+      // job's 300 ms, and a job that has fired and ended is rightly made anew by the next call.
       const at = Date.now() + 300;
       await opened.scheduler.schedule('a', at);
       await opened.scheduler.schedule('a', at + 5000);
       await opened.scheduler.schedule('a', at - 200);
       expect(await opened.scheduler.size()).toBe(1);
+      await start(async () => null);
       await until(() => fires.length === 1);
       expect(fires[0]?.at).toBeGreaterThanOrEqual(at);
       await sleep(400);

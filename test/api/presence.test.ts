@@ -183,13 +183,19 @@ describe.each(MODES)('presence in %s mode', (mode: Mode) => {
     await waitForOffline(service, silent, 2);
     expectInWindow((await offlineEvents(service, silent))[1], backSeen, WINDOW);
 
-    // The live device beat through more than two windows and never went offline.
+    // The live device beat through more than two windows: offline only where its accepted
+    // beats were a whole window apart (never on a quiet machine; on a busy one this process can
+    // go unscheduled for that long), and always back online with the next beat.
     const liveSeen = await liveBeats.stop();
-    expect(await offlineEvents(service, live)).toEqual([]);
+    const earned = await offlineEvents(service, live);
+    expectOnlyEarnedOffline(earned, liveBeats.accepted(), WINDOW);
     await expectSeenAndOnline(service, live, liveSeen, WINDOW);
-    await waitForOffline(service, live);
-    expectInWindow((await offlineEvents(service, live))[0], liveSeen ?? '', WINDOW);
-    expect((await presenceEvents(service, live)).map((e) => e.type)).toEqual(['DeviceWentOnline', 'DeviceWentOffline']);
+    // Then silent: offline once more, in the window of its last beat (unless it already was).
+    const lastIsForLastBeat = earned.at(-1)?.lastSeenAt === liveSeen;
+    await waitForOffline(service, live, lastIsForLastBeat ? earned.length : earned.length + 1);
+    const liveOffline = await offlineEvents(service, live);
+    expectInWindow(liveOffline.at(-1), liveSeen ?? '', WINDOW);
+    expect((await presenceEvents(service, live)).map((e) => e.type)).toEqual(liveOffline.flatMap(() => ['DeviceWentOnline', 'DeviceWentOffline']));
 
     // GET /metrics counts them (this service's expiry worker took all three offline).
     const metrics = await fetch(`${service.baseUrl}/metrics`).then((res) => res.text());

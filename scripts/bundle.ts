@@ -33,6 +33,8 @@ export const EXTERNAL = [
   'bullmq',
   'mongodb',
   '@eventstore/db-client',
+  'ioredis',
+  '@socket.io/redis-adapter',
   'nodemailer',
 ];
 

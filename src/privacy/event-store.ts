@@ -12,7 +12,7 @@ import type {
   SubscriptionItem,
 } from '../infra/eventstore/port';
 import { open, seal } from './crypto';
-import { DataKeyUnreadableError, deviceSubject, userSubject, type Keyring } from './keyring';
+import { DataKeyUnreadableError, deviceSubject, userSubject, type DataKey, type Keyring } from './keyring';
 import { ERASED, PERSONAL_FIELDS, SEALED_FIELD, getPath, setPath, subjectOf } from './personal-fields';
 
 /**
@@ -45,19 +45,31 @@ function aad(type: string, keyId: string): string {
   return `${type}|${keyId}`;
 }
 
+/** Answered by sealedAtOnce and openedAtOnce when a key must be looked up first (the async path then). */
+const NOT_HELD: unique symbol = Symbol('key not held');
+
 export interface PrivateEventStoreOptions {
   readonly keyring: Keyring;
 }
 
-/** Seals the personal fields of one event's data under its subject's key and stamps its version. */
-export async function sealEventData(keyring: Keyring, type: string, streamName: string, data: unknown): Promise<unknown> {
+/** What one event's data has to seal: its personal fields present and whose key seals them. */
+interface ToSeal {
+  readonly data: Record<string, unknown>;
+  readonly subject: string;
+  readonly present: readonly string[];
+}
+
+/** The personal fields to seal, or null when there are none (the version is stamped only). */
+function toSeal(type: string, streamName: string, data: unknown): ToSeal | null {
   const paths = PERSONAL_FIELDS[type];
-  if (paths === undefined || !isRecord(data)) return stampVersion(type, data);
+  if (paths === undefined || !isRecord(data)) return null;
   const subject = subjectOf(type, streamName, data);
-  if (subject === null) return stampVersion(type, data);
+  if (subject === null) return null;
   const present = paths.filter((p) => getPath(data, p) !== undefined);
-  if (present.length === 0) return stampVersion(type, data);
-  const { keyId, key } = await keyring.keyFor(subject);
+  return present.length === 0 ? null : { data, subject, present };
+}
+
+function sealWith(type: string, { data, present }: ToSeal, { keyId, key }: DataKey): unknown {
   const plain: Record<string, unknown> = {};
   let rest: Record<string, unknown> = data;
   for (const path of present) {
@@ -68,23 +80,33 @@ export async function sealEventData(keyring: Keyring, type: string, streamName: 
   return stampVersion(type, { ...rest, [SEALED_FIELD]: box });
 }
 
-/**
- * The stored data with its sealed fields opened (or "[erased]"), upcast to the current version.
- * A damaged key (DataKeyUnreadableError) is the caller's error, unless `damagedAsErased`.
- */
-export async function openEventData(keyring: Keyring, type: string, data: unknown, damagedAsErased = false): Promise<unknown> {
-  if (!isRecord(data)) return upcast(type, data);
+/** Seals the personal fields of one event's data under its subject's key and stamps its version. */
+export async function sealEventData(keyring: Keyring, type: string, streamName: string, data: unknown): Promise<unknown> {
+  const sealing = toSeal(type, streamName, data);
+  if (sealing === null) return stampVersion(type, data);
+  return sealWith(type, sealing, keyring.heldKeyFor(sealing.subject) ?? (await keyring.keyFor(sealing.subject)));
+}
+
+/** What `sealEventData` answers, at once, when nothing has to be looked up for it; NOT_HELD when its key is not held. */
+function sealedAtOnce(keyring: Keyring, type: string, streamName: string, data: unknown): unknown {
+  const sealing = toSeal(type, streamName, data);
+  if (sealing === null) return stampVersion(type, data);
+  const key = keyring.heldKeyFor(sealing.subject);
+  return key === undefined ? NOT_HELD : sealWith(type, sealing, key);
+}
+
+/** The data's sealed box, or null when it has none. */
+function boxOf(data: unknown): { readonly box: SealedBox; readonly rest: Record<string, unknown> } | null {
+  if (!isRecord(data)) return null;
   const box = data[SEALED_FIELD];
-  if (!isSealedBox(box)) return upcast(type, data);
+  if (!isSealedBox(box)) return null;
   const { [SEALED_FIELD]: _box, ...rest } = data;
+  return { box, rest };
+}
+
+/** The box opened with `key` (null: destroyed) into the other fields, upcast. */
+function openWith(type: string, { box, rest }: { readonly box: SealedBox; readonly rest: Record<string, unknown> }, key: Buffer | null): unknown {
   let opened: Record<string, unknown> = rest;
-  let key: Buffer | null;
-  try {
-    key = await keyring.keyById(box.k);
-  } catch (error) {
-    if (!damagedAsErased || !(error instanceof DataKeyUnreadableError)) throw error;
-    key = null;
-  }
   const plain = key === null ? null : open(key, box.c, aad(type, box.k));
   let values: Record<string, unknown> | null = null;
   if (plain !== null) {
@@ -93,6 +115,33 @@ export async function openEventData(keyring: Keyring, type: string, data: unknow
   }
   for (const path of box.f) opened = setPath(opened, path, values === null ? ERASED : values[path]);
   return upcast(type, opened);
+}
+
+/**
+ * The stored data with its sealed fields opened (or "[erased]"), upcast to the current version.
+ * A damaged key (DataKeyUnreadableError) is the caller's error, unless `damagedAsErased`.
+ */
+export async function openEventData(keyring: Keyring, type: string, data: unknown, damagedAsErased = false): Promise<unknown> {
+  const sealed = boxOf(data);
+  if (sealed === null) return upcast(type, data);
+  let key: Buffer | null | undefined = keyring.heldKeyById(sealed.box.k);
+  if (key === undefined) {
+    try {
+      key = await keyring.keyById(sealed.box.k);
+    } catch (error) {
+      if (!damagedAsErased || !(error instanceof DataKeyUnreadableError)) throw error;
+      key = null;
+    }
+  }
+  return openWith(type, sealed, key);
+}
+
+/** What `openEventData` answers, at once, when its key is held or it has no box; NOT_HELD otherwise. */
+function openedAtOnce(keyring: Keyring, type: string, data: unknown): unknown {
+  const sealed = boxOf(data);
+  if (sealed === null) return upcast(type, data);
+  const key = keyring.heldKeyById(sealed.box.k);
+  return key === undefined ? NOT_HELD : openWith(type, sealed, key);
 }
 
 /** Whether reading this stored event involves more than handing it on (the hot path, heartbeats, does not). */
@@ -107,17 +156,32 @@ function needsSealing(event: NewEvent): boolean {
   return PERSONAL_FIELDS[event.type] !== undefined || currentVersion(event.type) > 1;
 }
 
-/** `source` with `map` applied to each item; items that `skip` says need nothing go through without an extra await. */
-function mapIterable<T>(source: AsyncIterable<T>, needs: (item: T) => boolean, map: (item: T) => Promise<T>): AsyncIterable<T> {
+/** `f` applied to a value, or to a promise's value once it settles. */
+function then<T, U>(value: T | Promise<T>, f: (value: T) => U): U | Promise<U> {
+  return value instanceof Promise ? value.then(f) : f(value);
+}
+
+/**
+ * `source` with `map` applied to each item; items that `needs` says need nothing, and items
+ * `map` answers at once (not a promise), go through without an extra await. A reader that
+ * gathers what arrives within a few microtasks (the projector's batches) then gathers the
+ * same items through this store as from the log itself.
+ */
+function mapIterable<T>(source: AsyncIterable<T>, needs: (item: T) => boolean, map: (item: T) => T | Promise<T>): AsyncIterable<T> {
   return {
     [Symbol.asyncIterator](): AsyncIterator<T> {
       const it = source[Symbol.asyncIterator]();
       return {
-        next: () => it.next().then((result) => (result.done === true || !needs(result.value) ? result : map(result.value).then((value) => ({ done: false, value })))),
+        next: () =>
+          it.next().then((result) => (result.done === true || !needs(result.value) ? result : then(map(result.value), (value): IteratorResult<T> => ({ done: false, value })))),
         return: (value?: unknown) => (it.return !== undefined ? it.return(value) : Promise.resolve({ done: true as const, value: undefined as unknown as T })),
       };
     },
   };
+}
+
+function withData<E extends { readonly data: unknown }>(event: E, data: unknown): E {
+  return data === event.data ? event : { ...event, data };
 }
 
 /**
@@ -125,23 +189,26 @@ function mapIterable<T>(source: AsyncIterable<T>, needs: (item: T) => boolean, m
  * key with DataKeyUnreadableError, a 503 for the requests about that person or device only.
  * Subscriptions (the projector, the revocation feeds) read its fields as "[erased]" instead:
  * one damaged key must not stop the read models of everyone (what it sealed is lost anyway).
+ *
+ * A key this process holds (src/privacy/keyring.ts, `heldKeyFor`/`heldKeyById`) seals and opens
+ * at once; only a key to be looked up in the store costs awaits. Either way the answer is the one
+ * the keyring gives: a destroyed or evicted key is never held.
  */
 export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateEventStoreOptions): EventStore {
-  const openRecorded = async (event: RecordedEvent, damagedAsErased = false): Promise<RecordedEvent> => {
+  const openRecorded = (event: RecordedEvent, damagedAsErased = false): RecordedEvent | Promise<RecordedEvent> => {
     if (event.type === 'UserErased' && isRecord(event.data)) forgetErased(keyring, event.data);
-    const data = await openEventData(keyring, event.type, event.data, damagedAsErased);
-    return data === event.data ? event : { ...event, data };
+    const opened = openedAtOnce(keyring, event.type, event.data);
+    if (opened !== NOT_HELD) return withData(event, opened);
+    return openEventData(keyring, event.type, event.data, damagedAsErased).then((data) => withData(event, data));
   };
 
   return {
     async append(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
       if (!events.some(needsSealing)) return inner.append(streamName, events, expected);
-      const sealed = await Promise.all(
-        events.map(async (e): Promise<NewEvent> => {
-          const data = await sealEventData(keyring, e.type, streamName, e.data);
-          return data === e.data ? e : { ...e, data };
-        }),
-      );
+      const atOnce = events.map((e) => sealedAtOnce(keyring, e.type, streamName, e.data));
+      const sealed = atOnce.every((data) => data !== NOT_HELD)
+        ? events.map((e, i) => withData(e, atOnce[i]))
+        : await Promise.all(events.map(async (e) => withData(e, await sealEventData(keyring, e.type, streamName, e.data))));
       return inner.append(streamName, sealed, expected);
     },
     readStream(streamName: string, options?: ReadStreamOptions): AsyncIterable<RecordedEvent> {
@@ -153,7 +220,7 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
       const items = mapIterable<SubscriptionItem>(
         subscription,
         (item) => item.kind === 'event' && needsOpening(item.event),
-        async (item) => (item.kind === 'event' ? { kind: 'event', event: await openRecorded(item.event, true) } : item),
+        (item) => (item.kind === 'event' ? then(openRecorded(item.event, true), (event): SubscriptionItem => ({ kind: 'event', event })) : item),
       );
       return { close: () => subscription.close(), [Symbol.asyncIterator]: () => items[Symbol.asyncIterator]() };
     },

@@ -162,11 +162,14 @@ export interface MemoryReadModels extends ReadModels {
  */
 export async function openMemoryReadModels(eventStore: EventStore, initial?: MemoryStoreState): Promise<MemoryReadModels> {
   const opened = new Map<number, MemoryReadStore>();
+  let resumeIndexing = (): void => undefined;
   const readModels = await openReadModels({
     eventStore,
     registry: createMemoryGenerationRegistry(),
     openStore: async (generation) => {
       const store = createMemoryReadStore(generation === 0 ? initial : undefined);
+      // The start's replay indexes each document once, when the projector has caught up (or at a first query before).
+      if (generation === 0) resumeIndexing = store.deferIndexing();
       opened.set(generation, store);
       const close = async (): Promise<void> => {
         opened.delete(generation);
@@ -180,7 +183,17 @@ export async function openMemoryReadModels(eventStore: EventStore, initial?: Mem
     retireDelayMs: 0,
     isProjectorRunning: async () => false,
   });
-  return { ...readModels, exportServed: () => opened.get(readModels.generation())?.exportState() ?? null };
+  return {
+    ...readModels,
+    startProjector: async (projections, options) => {
+      const projector = await readModels.startProjector(projections, options);
+      // Caught up, failed or stopped: from then on each write indexes at once, as a live store does.
+      void projector.caughtUp.then(() => resumeIndexing());
+      void projector.done.catch(() => undefined).finally(() => resumeIndexing());
+      return projector;
+    },
+    exportServed: () => opened.get(readModels.generation())?.exportState() ?? null,
+  };
 }
 
 export interface MongoReadModelsOptions {

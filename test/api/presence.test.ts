@@ -121,6 +121,20 @@ async function getDevice(service: TestService, device: Device): Promise<{ isOnli
 }
 
 /**
+ * The device as read once the read model shows it offline. The offline event is in the log
+ * (waitForOffline) before the projector has applied it, and GET /devices/:id reads the read
+ * model: read at once, it may still say online.
+ */
+async function readOffline(service: TestService, device: Device, timeoutMs = 10_000): Promise<{ isOnline: boolean; lastSeenAt: string | null }> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const read = await getDevice(service, device);
+    if (!read.isOnline || Date.now() > deadline) return read;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/**
  * Read right after a heartbeat: the device shows that heartbeat, and it is online if the
  * answer came before the heartbeat's deadline. On a loaded machine the read can come later
  * than a short window; the expiry may then rightly have taken the device offline already.
@@ -161,7 +175,7 @@ describe.each(MODES)('presence in %s mode', (mode: Mode) => {
     await waitForOffline(service, silent);
     const [first] = await offlineEvents(service, silent);
     expectInWindow(first, silentSeen, WINDOW);
-    expect(await getDevice(service, silent)).toMatchObject({ isOnline: false, lastSeenAt: silentSeen });
+    expect(await readOffline(service, silent)).toMatchObject({ isOnline: false, lastSeenAt: silentSeen });
 
     // It comes back: online again, and silent again, offline again — its job was made anew.
     const backSeen = await heartbeat(service, silent);
@@ -169,13 +183,19 @@ describe.each(MODES)('presence in %s mode', (mode: Mode) => {
     await waitForOffline(service, silent, 2);
     expectInWindow((await offlineEvents(service, silent))[1], backSeen, WINDOW);
 
-    // The live device beat through more than two windows and never went offline.
+    // The live device beat through more than two windows: offline only where its accepted
+    // beats were a whole window apart (never on a quiet machine; on a busy one this process can
+    // go unscheduled for that long), and always back online with the next beat.
     const liveSeen = await liveBeats.stop();
-    expect(await offlineEvents(service, live)).toEqual([]);
+    const earned = await offlineEvents(service, live);
+    expectOnlyEarnedOffline(earned, liveBeats.accepted(), WINDOW);
     await expectSeenAndOnline(service, live, liveSeen, WINDOW);
-    await waitForOffline(service, live);
-    expectInWindow((await offlineEvents(service, live))[0], liveSeen ?? '', WINDOW);
-    expect((await presenceEvents(service, live)).map((e) => e.type)).toEqual(['DeviceWentOnline', 'DeviceWentOffline']);
+    // Then silent: offline once more, in the window of its last beat (unless it already was).
+    const lastIsForLastBeat = earned.at(-1)?.lastSeenAt === liveSeen;
+    await waitForOffline(service, live, lastIsForLastBeat ? earned.length : earned.length + 1);
+    const liveOffline = await offlineEvents(service, live);
+    expectInWindow(liveOffline.at(-1), liveSeen ?? '', WINDOW);
+    expect((await presenceEvents(service, live)).map((e) => e.type)).toEqual(liveOffline.flatMap(() => ['DeviceWentOnline', 'DeviceWentOffline']));
 
     // GET /metrics counts them (this service's expiry worker took all three offline).
     const metrics = await fetch(`${service.baseUrl}/metrics`).then((res) => res.text());

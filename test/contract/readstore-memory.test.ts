@@ -8,6 +8,13 @@ readStoreContract('memory', async () => {
   return { store, cleanup: () => store.close() };
 });
 
+// A start's replay (src/projections/read-models.ts): every write leaves the indexes for later, and every answer is still the same.
+readStoreContract('memory, indexing deferred', async () => {
+  const store = createMemoryReadStore();
+  store.deferIndexing();
+  return { store, cleanup: () => store.close() };
+});
+
 describe('memory read store', () => {
   interface Doc extends ReadDoc {
     readonly id: string;
@@ -119,5 +126,61 @@ describe('memory read store', () => {
     }
     expect(await indexed.count({ owner: 'fleet', online: true })).toBe(await plain.count({ owner: 'fleet', online: true }));
     expect(await indexed.count({ owner: 'fleet' })).toBe(await plain.count({ owner: 'fleet' }));
+  });
+
+  // Writes while indexing is deferred, queries now and then (each catches the indexes up), and the deferral ended midway.
+  it('answers alike with indexing deferred, whenever it is queried and when the deferral ends', async () => {
+    interface Hub extends ReadDoc {
+      readonly id: string;
+      readonly owners: readonly string[];
+      readonly seenAt: string | null;
+      readonly online: boolean;
+    }
+    const random = mulberry32(11);
+    const eager = createMemoryReadStore();
+    const deferred = createMemoryReadStore();
+    let resume = deferred.deferIndexing();
+    const collections = [eager.collection<Hub>('hubs'), deferred.collection<Hub>('hubs')] as const;
+    for (const c of collections) {
+      await c.ensureIndex([{ field: 'owners', order: 'asc' }, { field: 'seenAt', order: 'asc' }]);
+      await c.ensureIndex([{ field: 'owners', order: 'asc' }, { field: 'online', order: 'asc' }, { field: 'seenAt', order: 'asc' }]);
+      await c.ensureIndex([{ field: 'online', order: 'asc' }]);
+    }
+    const owners = ['u1', 'u2', 'u3', 'u4'];
+    const answers = async (c: (typeof collections)[number]): Promise<unknown[]> => {
+      const found: unknown[] = [];
+      for (const owner of owners) {
+        for (const order of ['asc', 'desc'] as const) {
+          found.push((await c.find({ where: { owners: owner }, sort: [{ field: 'seenAt', order }], skip: 3, limit: 20 })).map((d) => d.id));
+          found.push((await c.find({ where: { owners: owner, online: false }, sort: [{ field: 'seenAt', order }], limit: 20 })).map((d) => d.id));
+        }
+        found.push(await c.count({ owners: owner, online: true }));
+      }
+      found.push((await c.find({ where: { online: true } })).map((d) => d.id));
+      return found;
+    };
+    let compared = 0;
+    for (let i = 0; i < 6000; i++) {
+      const id = `h${Math.floor(random() * 300)}`;
+      const guard = String(i).padStart(6, '0');
+      const roll = random();
+      if (roll < 0.05) {
+        for (const c of collections) await c.remove(id, guard);
+      } else {
+        const picked = owners.filter(() => random() < 0.4);
+        const doc: Hub = { id, owners: picked, seenAt: random() < 0.1 ? null : String(Math.floor(random() * 400)).padStart(4, '0'), online: random() < 0.6 };
+        for (const c of collections) await c.put(doc, guard);
+      }
+      if (random() < 0.002) {
+        expect(await answers(collections[1])).toEqual(await answers(collections[0]));
+        compared++;
+      }
+      if (i === 3000) resume();
+      if (i === 4000) resume = deferred.deferIndexing();
+    }
+    expect(compared).toBeGreaterThan(3);
+    resume();
+    expect(await answers(collections[1])).toEqual(await answers(collections[0]));
+    expect(deferred.exportState()).toEqual(eager.exportState());
   });
 });

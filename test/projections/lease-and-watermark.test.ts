@@ -26,14 +26,23 @@ describe('projector lease in Redis', () => {
   });
 
   test('one holder at a time; the standby takes over when the holder stops renewing', async () => {
-    const a = createRedisLease(client(), 'lease:test1', 300);
-    const b = createRedisLease(client(), 'lease:test1', 300);
+    // A lease long against a stalled event loop on a busy machine: the holder gives its lease
+    // up once no renewal has answered within its time, so a short one (a few hundred ms) is
+    // lost, rightly, whenever this process is not scheduled for that long.
+    const ttlMs = 2000;
+    const a = createRedisLease(client(), 'lease:test1', ttlMs);
+    const standby = client();
+    const bids = jest.spyOn(standby, 'eval');
+    const b = createRedisLease(standby, 'lease:test1', ttlMs);
     await a.acquire();
     let bAcquired = false;
     const bWaiting = b.acquire().then(() => (bAcquired = true));
-    await new Promise((r) => setTimeout(r, 700));
-    expect(a.isHeld()).toBe(true);
+    // The standby bids every bidEveryMs: wait until it has been refused over more than a lease
+    // time (a bid after the last refused one has gone out), so the holder has renewed meanwhile.
+    const refusedBids = Math.floor(ttlMs / b.bidEveryMs) + 2;
+    while (bids.mock.calls.length <= refusedBids && !bAcquired) await new Promise((r) => setTimeout(r, 20));
     expect(bAcquired).toBe(false);
+    expect(a.isHeld()).toBe(true);
 
     await a.release();
     await bWaiting;

@@ -1,7 +1,8 @@
 import { generateWorkload } from '../../bench/workload';
-import type { EventStore, RecordedEvent } from '../../src/infra/eventstore/port';
+import type { RecordedEvent } from '../../src/infra/eventstore/port';
 import type { ReadStore } from '../../src/infra/readstore/port';
 import { allProjections } from '../../src/projections';
+import { projectedHistory } from '../support/projected-history';
 import { openEventStore, openReadStore, type ReadStoreKind } from '../support/adapters';
 import { snapshotReadModels } from '../support/snapshot';
 
@@ -10,18 +11,6 @@ import { snapshotReadModels } from '../support/snapshot';
  * devices with links, unlinks, renames, token issues, heartbeats, expiries, deletions):
  * applying any event twice, or the whole history again, changes nothing.
  */
-
-async function history(store: EventStore): Promise<RecordedEvent[]> {
-  const events: RecordedEvent[] = [];
-  const prefixes = [...new Set(allProjections().flatMap((p) => p.streamPrefixes))];
-  const subscription = store.subscribe({ streamPrefixes: prefixes });
-  for await (const item of subscription) {
-    if (item.kind === 'caught-up') break;
-    events.push(item.event);
-  }
-  await subscription.close();
-  return events;
-}
 
 async function apply(store: ReadStore, events: readonly RecordedEvent[], times: number): Promise<void> {
   const projections = allProjections();
@@ -58,7 +47,7 @@ describe.each<[ReadStoreKind, number]>([
     const source = await openEventStore('embedded');
     cleanups.push(source.cleanup);
     await generateWorkload(source.value, { targetEvents: size, seed: 7 });
-    events = await history(source.value);
+    events = await projectedHistory(source.value);
   }, 30_000);
   afterAll(async () => {
     for (const cleanup of cleanups.reverse()) await cleanup();

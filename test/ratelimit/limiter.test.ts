@@ -115,29 +115,34 @@ describe('Redis counters', () => {
 
   test('a stalled Redis (connected, answering nothing) holds no request: let through after the timeout, then not asked for a while', async () => {
     const errors: Error[] = [];
-    const guard = { timeoutMs: 300, pauseMs: 1000 };
+    // The timeout and the pause are long against a stall of this process on a busy machine: a
+    // request Redis answers must not be taken for stalled, and the third request below must come
+    // while the pause lasts. Its end is waited for, not slept through.
+    const guard = { timeoutMs: 1000, pauseMs: 3000 };
     const limiter = createRedisRateLimiter(await connect(), limits, (_tier, error) => errors.push(error), guard);
     const key = randomUUID();
     expect((await limiter.consume('login', key)).remaining).toBe(2);
     redis.pause();
     try {
-      let started = Date.now();
+      // Redis answers nothing now: both are let through by the timeout (a StoreTimeoutError each).
       const decisions = await Promise.all([limiter.consume('login', key), limiter.consume('general', key)]);
-      const waited = Date.now() - started;
       expect(decisions.map((d) => d.allowed)).toEqual([true, true]);
-      expect(waited).toBeGreaterThanOrEqual(guard.timeoutMs - 50);
-      expect(waited).toBeLessThan(guard.timeoutMs * 4);
-      // Now Redis is not asked: the next request passes at once.
-      started = Date.now();
+      expect(errors.map((e) => e.name)).toEqual(['StoreTimeoutError', 'StoreTimeoutError']);
+      // Now Redis is not asked: the next request passes without waiting for it (while it is still stopped).
       expect((await limiter.consume('login', key)).allowed).toBe(true);
-      expect(Date.now() - started).toBeLessThan(guard.timeoutMs / 2);
       expect(errors.map((e) => e.name)).toEqual(['StoreTimeoutError', 'StoreTimeoutError', 'StorePausedError']);
     } finally {
       redis.resume();
     }
-    // Once the pause is over Redis counts again, including the stalled call it answered late
-    // (3 points: 2 left, 1 taken late, the last one now); the one let through unasked was not counted.
-    await new Promise((resolve) => setTimeout(resolve, guard.pauseMs));
+    // The pause ends by itself: a request on a key of its own is answered by Redis again, with no error.
+    for (;;) {
+      const before = errors.length;
+      expect((await limiter.consume('general', randomUUID())).allowed).toBe(true);
+      if (errors.length === before) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    // Redis counts again, including the stalled call it answered late (3 points: 2 left, 1
+    // taken late, the last one now); the one let through unasked was not counted.
     expect(await limiter.consume('login', key)).toMatchObject({ allowed: true, remaining: 0 });
     expect((await limiter.consume('login', key)).allowed).toBe(false);
   });

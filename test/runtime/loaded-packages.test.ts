@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { EXTERNAL } from '../../scripts/bundle';
 import { TEST_SECRETS } from '../support/server';
 import { startStack, type Stack } from '../support/stack';
 
@@ -52,6 +53,11 @@ describe('packages loaded by a start', () => {
     // …and what it never uses is not.
     expect(packages.filter((name) => [...DISTRIBUTED_DRIVERS, 'nodemailer'].includes(name))).toEqual([]);
   }, 60_000);
+
+  // The production bundle (scripts/bundle.ts) would otherwise carry them: Node reads and compiles the whole file at every start.
+  test('the bundle leaves every distributed driver and the SMTP client out, to be loaded from node_modules when used', () => {
+    expect(EXTERNAL).toEqual(expect.arrayContaining([...DISTRIBUTED_DRIVERS, 'nodemailer']));
+  });
 
   test('distributed: the drivers are loaded when it connects', async () => {
     stack = await startStack();

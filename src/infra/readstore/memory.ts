@@ -32,10 +32,19 @@ export interface MemoryStoreState {
   readonly collections: Readonly<Record<string, ReadonlyArray<{ readonly doc: ReadDoc; readonly guard: string }>>>;
 }
 
-/** The memory read store, with the hooks a start snapshot uses (src/runtime/snapshot.ts). */
+/** The memory read store, with the hooks a start uses (a snapshot: src/runtime/snapshot.ts; its replay). */
 export interface MemoryReadStore extends ReadStore {
   /** Everything stored now, in one synchronous step (the documents are frozen, so they are shared, not copied). */
   exportState(): MemoryStoreState;
+  /**
+   * From now on writes leave the indexes as they are and note which documents changed; the
+   * indexes catch up with those at the next query, count or index declaration of their
+   * collection, and for good when the returned function is called (writes index at once
+   * again). A start's replay writes a device once per batch its events fall in (a heartbeat
+   * every minute: about every batch): it is then indexed once, at the end. Answers are
+   * the same as with indexes kept up at each write: nothing reads an index before it caught up.
+   */
+  deferIndexing(): () => void;
 }
 
 /**
@@ -54,6 +63,7 @@ export interface MemoryReadStore extends ReadStore {
  */
 export function createMemoryReadStore(initial?: MemoryStoreState): MemoryReadStore {
   const collections = new Map<string, MemoryCollection>();
+  const indexing: Indexing = { deferred: false };
   const checkpoints = new Map<string, string>();
   const checkpointGuards = new Map<string, CheckpointGuard>();
   let closed = false;
@@ -61,7 +71,7 @@ export function createMemoryReadStore(initial?: MemoryStoreState): MemoryReadSto
     for (const [name, value] of Object.entries(initial.checkpoints)) checkpoints.set(name, value);
     for (const [name, entries] of Object.entries(initial.collections)) {
       assertName(name, 'collection name');
-      const collection = new MemoryCollection();
+      const collection = new MemoryCollection(indexing);
       collection.restore(entries);
       collections.set(name, collection);
     }
@@ -73,11 +83,19 @@ export function createMemoryReadStore(initial?: MemoryStoreState): MemoryReadSto
       for (const [name, collection] of collections) exported[name] = collection.exportEntries();
       return { checkpoints: Object.fromEntries(checkpoints), collections: exported };
     },
+    deferIndexing() {
+      indexing.deferred = true;
+      return () => {
+        if (!indexing.deferred) return;
+        indexing.deferred = false;
+        for (const collection of collections.values()) collection.catchUpIndexes();
+      };
+    },
     collection<T extends ReadDoc>(name: string): ReadCollection<T> {
       assertName(name, 'collection name');
       let collection = collections.get(name);
       if (collection === undefined) {
-        collection = new MemoryCollection();
+        collection = new MemoryCollection(indexing);
         collections.set(name, collection);
       }
       // The collection stores whatever documents it is given; T only types the caller's view.
@@ -117,13 +135,28 @@ interface Entry {
   readonly guard: string;
 }
 
+/** Writes are deferred only while a collection has no unique index, so none is owed a key when its indexes catch up. */
+const NO_UNIQUE_KEYS: ReadonlyMap<UniqueIndex, string> = new Map();
+
+/** Whether writes leave the indexes for later (MemoryReadStore.deferIndexing), shared by a store's collections. */
+interface Indexing {
+  deferred: boolean;
+}
+
 class MemoryCollection implements ReadCollection<Stored> {
+  /**
+   * Documents written while indexing was deferred, each with the version the indexes hold
+   * (null: none): the indexes catch up with `entries` for these before anything reads them.
+   */
+  private readonly unindexed = new Map<string, Stored | null>();
   private readonly entries = new Map<string, Entry>();
   /** Guards of removed documents (not part of a snapshot: embedded mode has one projector, which never replays behind its checkpoint). */
   private readonly tombstones = new Map<string, string>();
   private readonly equalityIndexes = new Map<string, EqualityIndex>();
   private readonly uniqueIndexes = new Map<string, UniqueIndex>();
   private readonly compoundIndexes: CompoundIndex[] = [];
+
+  constructor(private readonly indexing: Indexing) {}
 
   async get(id: string): Promise<Stored | null> {
     assertId(id);
@@ -153,6 +186,7 @@ class MemoryCollection implements ReadCollection<Stored> {
   }
 
   async find(query: Query = {}): Promise<Stored[]> {
+    this.catchUpIndexes();
     const { where, sort, skip, limit } = parseQuery(query);
     if (limit === 0) return [];
     const [only] = sort;
@@ -165,6 +199,7 @@ class MemoryCollection implements ReadCollection<Stored> {
   }
 
   async count(where?: Where): Promise<number> {
+    this.catchUpIndexes();
     const compiled = compileWhere(where);
     // A group's size answers a count its leading fields settle entirely.
     const plan = sortedPlan(this.compoundIndexes, compiled, undefined);
@@ -181,6 +216,14 @@ class MemoryCollection implements ReadCollection<Stored> {
     const tombstone = this.tombstones.get(doc.id);
     if (tombstone !== undefined && compareStrings(tombstone, guard) >= 0) return false;
     const stored = frozenCopy(doc, 'document') as Stored;
+    // A unique index refuses a write by what it holds: it is kept up at each write.
+    if (this.indexing.deferred && this.uniqueIndexes.size === 0) {
+      if (!this.unindexed.has(stored.id)) this.unindexed.set(stored.id, previous?.doc ?? null);
+      this.entries.set(stored.id, { doc: stored, guard });
+      this.tombstones.delete(stored.id);
+      return true;
+    }
+    this.catchUpIndexes();
     const uniqueKeys = checkUnique(this.uniqueIndexes.values(), stored);
     if (previous !== undefined) this.unindex(previous.doc, stored);
     this.entries.set(stored.id, { doc: stored, guard });
@@ -201,7 +244,12 @@ class MemoryCollection implements ReadCollection<Stored> {
     if (compareStrings(previous.guard, guard) >= 0) return false;
     this.entries.delete(id);
     this.tombstones.set(id, guard);
-    this.unindex(previous.doc);
+    if (this.indexing.deferred && this.uniqueIndexes.size === 0) {
+      if (!this.unindexed.has(id)) this.unindexed.set(id, previous.doc);
+    } else {
+      this.catchUpIndexes();
+      this.unindex(previous.doc);
+    }
     return true;
   }
 
@@ -234,6 +282,7 @@ class MemoryCollection implements ReadCollection<Stored> {
   }
 
   async ensureIndex(fields: readonly SortKey[], options?: { readonly unique?: boolean }): Promise<void> {
+    this.catchUpIndexes();
     const keys = parseSort(fields);
     if (keys.length === 0) throw new TypeError('an index needs at least one field');
     const first = keys[0];
@@ -255,6 +304,7 @@ class MemoryCollection implements ReadCollection<Stored> {
   }
 
   async clear(): Promise<void> {
+    this.unindexed.clear();
     this.entries.clear();
     this.tombstones.clear();
     for (const { index } of this.compoundIndexes) index.clear();
@@ -263,6 +313,22 @@ class MemoryCollection implements ReadCollection<Stored> {
       index.others.clear();
     }
     for (const index of this.uniqueIndexes.values()) index.owners.clear();
+  }
+
+  /** Brings every index up to the documents written while indexing was deferred: each moves once, however often it was written. */
+  catchUpIndexes(): void {
+    if (this.unindexed.size === 0) return;
+    for (const [id, indexed] of this.unindexed) {
+      const current = this.entries.get(id)?.doc ?? null;
+      if (current === indexed) continue;
+      if (current === null) {
+        if (indexed !== null) this.unindex(indexed);
+        continue;
+      }
+      if (indexed !== null) this.unindex(indexed, current);
+      this.index(current, NO_UNIQUE_KEYS, indexed ?? undefined);
+    }
+    this.unindexed.clear();
   }
 
   private select(where: CompiledWhere): Stored[] {
@@ -283,7 +349,7 @@ class MemoryCollection implements ReadCollection<Stored> {
   }
 
   /** `replacing`: the version `doc` replaces, already out of every index but the compound ones. */
-  private index(doc: Stored, uniqueKeys: Map<UniqueIndex, string>, replacing?: Stored): void {
+  private index(doc: Stored, uniqueKeys: ReadonlyMap<UniqueIndex, string>, replacing?: Stored): void {
     for (const index of this.equalityIndexes.values()) addToEqualityIndex(index, doc);
     for (const { index } of this.compoundIndexes) {
       if (replacing === undefined) index.add(doc);

@@ -242,6 +242,11 @@ export class CloseFile {
    * resume): zeros over a record open did not use, so that it never comes to vouch for bytes
    * written later. Throws while that cannot be done: the write waits (read-only, resumed later).
    */
+  /** Whether a record open did not use is still to be zeroed (so the append path can skip the await). */
+  get clearPending(): boolean {
+    return this.mustClear;
+  }
+
   async beforeWrites(): Promise<void> {
     if (!this.mustClear) return;
     const handle = await this.openHandle();

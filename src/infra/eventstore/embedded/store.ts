@@ -326,7 +326,7 @@ export class EmbeddedStoreCore implements EventStore {
       try {
         // A close file's record open did not use must not come to vouch for what is written now
         // (cleared before the probe already; this only guards).
-        await this.closeFile?.beforeWrites();
+        if (this.closeFile?.clearPending === true) await this.closeFile.beforeWrites();
         if (base !== this.active().base) await this.startSegment(base);
         const bytes = batch.length === 1 ? (batch[0] as PendingAppend).bytes : Buffer.concat(batch.map((a) => a.bytes));
         markFirstOfBatch(bytes);

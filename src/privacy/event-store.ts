@@ -1,4 +1,4 @@
-import { VERSION_FIELD, currentVersion, stampVersion, upcast } from '../events/schema-versions';
+import { VERSION_FIELD, currentVersion, stampVersion, storedVersion, upcast, upcastFrom } from '../events/schema-versions';
 import type {
   AppendResult,
   EventStore,
@@ -12,8 +12,8 @@ import type {
   SubscriptionItem,
 } from '../infra/eventstore/port';
 import { open, seal } from './crypto';
-import { DataKeyUnreadableError, deviceSubject, userSubject, type DataKey, type Keyring } from './keyring';
-import { ERASED, PERSONAL_FIELDS, SEALED_FIELD, getPath, setPath, subjectOf } from './personal-fields';
+import { DataKeyUnreadableError, deviceSubject, subjectOfKeyId, userSubject, type DataKey, type Keyring } from './keyring';
+import { ERASED, PERSONAL_FIELDS, SEALED_FIELD, getPath, setPath, setPathInPlace, subjectOf } from './personal-fields';
 
 /**
  * The event store as the whole service reads and writes it: the one place where personal
@@ -95,26 +95,35 @@ function sealedAtOnce(keyring: Keyring, type: string, streamName: string, data: 
   return key === undefined ? NOT_HELD : sealWith(type, sealing, key);
 }
 
-/** The data's sealed box, or null when it has none. */
-function boxOf(data: unknown): { readonly box: SealedBox; readonly rest: Record<string, unknown> } | null {
-  if (!isRecord(data)) return null;
-  const box = data[SEALED_FIELD];
-  if (!isSealedBox(box)) return null;
-  const { [SEALED_FIELD]: _box, ...rest } = data;
-  return { box, rest };
+/** A stored event's data with its sealed box. */
+interface Sealed {
+  readonly box: SealedBox;
+  readonly data: Record<string, unknown>;
 }
 
-/** The box opened with `key` (null: destroyed) into the other fields, upcast. */
-function openWith(type: string, { box, rest }: { readonly box: SealedBox; readonly rest: Record<string, unknown> }, key: Buffer | null): unknown {
-  let opened: Record<string, unknown> = rest;
+/** The data's sealed box, or null when it has none. */
+function boxOf(data: unknown): Sealed | null {
+  if (!isRecord(data)) return null;
+  const box = data[SEALED_FIELD];
+  return isSealedBox(box) ? { box, data } : null;
+}
+
+/**
+ * The box opened with `key` (null: destroyed) into the other fields, upcast: the fields as
+ * stored but the box and `$v`, in their order, then each sealed path as `setPath` sets it, built
+ * in one object rather than a copy per path.
+ */
+function openWith(type: string, { box, data }: Sealed, key: Buffer | null): unknown {
   const plain = key === null ? null : open(key, box.c, aad(type, box.k));
   let values: Record<string, unknown> | null = null;
   if (plain !== null) {
     const parsed: unknown = JSON.parse(plain.toString('utf8'));
     if (isRecord(parsed)) values = parsed;
   }
-  for (const path of box.f) opened = setPath(opened, path, values === null ? ERASED : values[path]);
-  return upcast(type, opened);
+  const opened: Record<string, unknown> = {};
+  for (const field of Object.keys(data)) if (field !== SEALED_FIELD && field !== VERSION_FIELD) opened[field] = data[field];
+  for (const path of box.f) setPathInPlace(opened, path, values === null ? ERASED : values[path]);
+  return upcastFrom(type, storedVersion(data), opened);
 }
 
 /**
@@ -136,12 +145,58 @@ export async function openEventData(keyring: Keyring, type: string, data: unknow
   return openWith(type, sealed, key);
 }
 
+/** An event's data as opened once, kept for the next reader of the same event (OpenedEvents). */
+interface OpenedEntry {
+  readonly type: string;
+  readonly box: SealedBox;
+  readonly data: unknown;
+}
+
+/** How many opened events a private store keeps (the last ones opened). */
+const OPENED_EVENTS_KEPT = 1024;
+
+/**
+ * The events a private store opened last, by event id: one commit is read by several
+ * subscriptions (the projector, the revocation feed) and a user's stream by each of their
+ * logins, and each would otherwise decrypt and parse the same box again. An entry answers only
+ * for the very box it was opened from (same type, key id and ciphertext) and only while that
+ * key is held: a destroyed, evicted or stale key is never held, so nothing opened before an
+ * erasure is handed out after it (and an erasure passing by drops its person's entries).
+ */
+class OpenedEvents {
+  private readonly entries = new Map<string, OpenedEntry>();
+  /** Boxes decrypted (for tests: what the entries spared). */
+  opens = 0;
+
+  get(id: string, type: string, box: SealedBox): unknown {
+    const entry = this.entries.get(id);
+    return entry !== undefined && entry.type === type && entry.box.k === box.k && entry.box.c === box.c ? entry.data : undefined;
+  }
+
+  set(id: string, entry: OpenedEntry): void {
+    this.opens++;
+    this.entries.delete(id);
+    this.entries.set(id, entry);
+    if (this.entries.size > OPENED_EVENTS_KEPT) this.entries.delete(this.entries.keys().next().value as string);
+  }
+
+  /** Drops every entry opened with a key of these subjects. */
+  forget(subjects: ReadonlySet<string>): void {
+    for (const [id, entry] of this.entries) if (subjects.has(subjectOfKeyId(entry.box.k))) this.entries.delete(id);
+  }
+}
+
 /** What `openEventData` answers, at once, when its key is held or it has no box; NOT_HELD otherwise. */
-function openedAtOnce(keyring: Keyring, type: string, data: unknown): unknown {
-  const sealed = boxOf(data);
-  if (sealed === null) return upcast(type, data);
+function openedAtOnce(keyring: Keyring, event: RecordedEvent, opened: OpenedEvents): unknown {
+  const sealed = boxOf(event.data);
+  if (sealed === null) return upcast(event.type, event.data);
   const key = keyring.heldKeyById(sealed.box.k);
-  return key === undefined ? NOT_HELD : openWith(type, sealed, key);
+  if (key === undefined) return NOT_HELD;
+  const known = opened.get(event.id, event.type, sealed.box);
+  if (known !== undefined) return known;
+  const data = openWith(event.type, sealed, key);
+  opened.set(event.id, { type: event.type, box: sealed.box, data });
+  return data;
 }
 
 /** Whether reading this stored event involves more than handing it on (the hot path, heartbeats, does not). */
@@ -195,9 +250,10 @@ function withData<E extends { readonly data: unknown }>(event: E, data: unknown)
  * the keyring gives: a destroyed or evicted key is never held.
  */
 export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateEventStoreOptions): EventStore {
+  const openedEvents = new OpenedEvents();
   const openRecorded = (event: RecordedEvent, damagedAsErased = false): RecordedEvent | Promise<RecordedEvent> => {
-    if (event.type === 'UserErased' && isRecord(event.data)) forgetErased(keyring, event.data);
-    const opened = openedAtOnce(keyring, event.type, event.data);
+    if (event.type === 'UserErased' && isRecord(event.data)) openedEvents.forget(forgetErased(keyring, event.data));
+    const opened = openedAtOnce(keyring, event, openedEvents);
     if (opened !== NOT_HELD) return withData(event, opened);
     return openEventData(keyring, event.type, event.data, damagedAsErased).then((data) => withData(event, data));
   };
@@ -230,9 +286,12 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
   };
 }
 
-/** Another process erased someone: whatever this one holds of their keys goes. */
-function forgetErased(keyring: Keyring, data: Record<string, unknown>): void {
-  if (typeof data.userId === 'string') keyring.evict(userSubject(data.userId));
-  if (Array.isArray(data.devices)) for (const uuid of data.devices) if (typeof uuid === 'string') keyring.evict(deviceSubject(uuid));
+/** Another process erased someone: whatever this one holds of their keys goes. Answers the subjects evicted. */
+function forgetErased(keyring: Keyring, data: Record<string, unknown>): Set<string> {
+  const subjects = new Set<string>();
+  if (typeof data.userId === 'string') subjects.add(userSubject(data.userId));
+  if (Array.isArray(data.devices)) for (const uuid of data.devices) if (typeof uuid === 'string') subjects.add(deviceSubject(uuid));
+  for (const subject of subjects) keyring.evict(subject);
+  return subjects;
 }
 

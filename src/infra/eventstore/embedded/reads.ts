@@ -35,6 +35,12 @@ export class LogReader {
     return (offset, length) => this.source.recent.read(segment.base + offset, length, segment.base + segment.size) ?? segment.read(offset, length);
   }
 
+  /** The record at `fileOffset` of a segment never compacted, from the last commits (decoded once for every reader), or undefined. */
+  recentRecord(segment: Segment, fileOffset: number): RawRecord | undefined {
+    if (segment.isCompacted) return undefined;
+    return this.source.recent.record(segment.base, segment.base + fileOffset, segment.base + segment.size);
+  }
+
   /**
    * The durable record at `position`, or null when compaction reclaimed it. A read that
    * meets a segment just replaced by its compacted copy is done again in the copy.
@@ -47,7 +53,7 @@ export class LogReader {
       if (segment === undefined || offset === null) return null;
       let record: RawRecord;
       try {
-        record = await readRecordAt(this.readerOf(segment), segment.base, offset, segment.size, segment.file);
+        record = this.recentRecord(segment, offset) ?? await readRecordAt(this.readerOf(segment), segment.base, offset, segment.size, segment.file);
       } catch (error) {
         if (!segment.retired) throw error;
         continue;

@@ -22,7 +22,7 @@ import {
 import { writeFully } from './files';
 import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
-import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
+import { decodeEvent, encodeRecord, type RawRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
 import { LogReader } from './reads';
 import { positionAt, toRecordedEvent } from './recorded-event';
 import { createSegmentFile } from './recovery';
@@ -98,6 +98,11 @@ export class EmbeddedStoreCore implements EventStore {
   protected readonly checkpoints: CheckpointWriter;
   protected readonly recent = new RecentCommits();
   private readonly reader: LogReader;
+  /**
+   * The event of a record every subscription was handed (a record of the last commits, decoded
+   * once, recent-commits.ts), decoded once too: subscribers only read events.
+   */
+  private readonly sharedRecorded = new WeakMap<RawRecord, RecordedEvent>();
   /** Where a stop that cannot append its close record puts it (close-file.ts); set at open. */
   private closeFile: CloseFile | null = null;
 
@@ -236,14 +241,23 @@ export class EmbeddedStoreCore implements EventStore {
   }
 
   subscribe(options: SubscribeOptions = {}): Subscription {
+    const recorded = this.sharedRecorded;
     const source: TailSource = {
       segments: () => this.segments,
       readerOf: (segment) => this.reader.readerOf(segment),
+      recentRecord: (segment, fileOffset) => this.reader.recentRecord(segment, fileOffset),
       // A failed write stops appends, not reads: subscriptions go on serving what is durable.
       checkHealthy: () => undefined,
       isClosing: () => this.closing,
       waitForChange: () => this.waitForChange(),
-      toRecordedEvent,
+      toRecordedEvent: (record) => {
+        let event = recorded.get(record);
+        if (event === undefined) {
+          event = toRecordedEvent(record);
+          recorded.set(record, event);
+        }
+        return event;
+      },
     };
     return new LogSubscription((isClosed) => tail(source, options, isClosed), () => this.wakeWaiters());
   }

@@ -22,9 +22,9 @@ import {
 import { writeFully } from './files';
 import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
-import { decodeEvent, encodeRecord, type RawRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
+import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
 import { LogReader } from './reads';
-import { positionAt, toRecordedEvent } from './recorded-event';
+import { positionAt } from './recorded-event';
 import { createSegmentFile } from './recovery';
 import { RecentCommits } from './recent-commits';
 import { Segment, type HandlePool } from './segment';
@@ -98,11 +98,6 @@ export class EmbeddedStoreCore implements EventStore {
   protected readonly checkpoints: CheckpointWriter;
   protected readonly recent = new RecentCommits();
   private readonly reader: LogReader;
-  /**
-   * The event of a record every subscription was handed (a record of the last commits, decoded
-   * once, recent-commits.ts), decoded once too: subscribers only read events.
-   */
-  private readonly sharedRecorded = new WeakMap<RawRecord, RecordedEvent>();
   /** Where a stop that cannot append its close record puts it (close-file.ts); set at open. */
   private closeFile: CloseFile | null = null;
 
@@ -241,7 +236,6 @@ export class EmbeddedStoreCore implements EventStore {
   }
 
   subscribe(options: SubscribeOptions = {}): Subscription {
-    const recorded = this.sharedRecorded;
     const source: TailSource = {
       segments: () => this.segments,
       readerOf: (segment) => this.reader.readerOf(segment),
@@ -250,14 +244,7 @@ export class EmbeddedStoreCore implements EventStore {
       checkHealthy: () => undefined,
       isClosing: () => this.closing,
       waitForChange: () => this.waitForChange(),
-      toRecordedEvent: (record) => {
-        let event = recorded.get(record);
-        if (event === undefined) {
-          event = toRecordedEvent(record);
-          recorded.set(record, event);
-        }
-        return event;
-      },
+      toRecordedEvent: (record) => this.reader.eventOf(record),
     };
     return new LogSubscription((isClosed) => tail(source, options, isClosed), () => this.wakeWaiters());
   }

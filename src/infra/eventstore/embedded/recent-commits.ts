@@ -27,8 +27,6 @@ export class RecentCommits {
   /** Records of these commits decoded so far, by the global position where their bytes start (in that order). */
   private decoded = new Map<number, RawRecord>();
   private newestDecoded = -1;
-  /** How many records were decoded here (each once, whatever the number of readers): for tests. */
-  decodes = 0;
 
   remember(start: number, bytes: Buffer): void {
     this.commits.push({ start, bytes });
@@ -72,7 +70,6 @@ export class RecentCommits {
     if (commit === undefined) return undefined;
     const result = decodeRecord(commit.bytes, start - commit.start, start - segmentBase, segmentBase);
     if (result.kind !== 'ok' || start + result.record.size > durableEnd) return undefined;
-    this.decodes++;
     // Kept in position order (what `remember` prunes by): a record older than the newest kept is not kept.
     if (start > this.newestDecoded) {
       this.decoded.set(start, result.record);

@@ -5,10 +5,12 @@ import { join } from 'node:path';
 import { openFileCredentialStore } from '../../src/infra/credentials/file';
 import type { CredentialStore } from '../../src/infra/credentials/port';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
+import { createEsdbEventStore } from '../../src/infra/eventstore/esdb';
 import type { EventStore, NewEvent, RecordedEvent, Subscription } from '../../src/infra/eventstore/port';
 import { derivePrivacyKeys } from '../../src/privacy/crypto';
 import { createPrivateEventStore } from '../../src/privacy/event-store';
 import { createKeyring, type Keyring } from '../../src/privacy/keyring';
+import { startEsdbStandin, type EsdbStandin } from '../support/esdb-standin';
 
 /**
  * Every reader of the log gets its own event: what one reader (a projection, an upcaster, the
@@ -117,6 +119,43 @@ describe('readers of the log never share mutable events', () => {
     expect(fromB?.data).toEqual(written.data);
     // And a later read of the stream too.
     expect((await readAll(raw, `device-${uuid}`))[0]?.data).toEqual(written.data);
+  });
+
+  test('private store: a sealed event read twice while its key is held; the first reader changing the opened data leaves the second read as stored', async () => {
+    const userId = randomUUID();
+    const written = synced(userId);
+    await store.append(`user-${userId}`, [written], 'any');
+    const [first] = await readAll(store, `user-${userId}`);
+    scribble(first as RecordedEvent);
+    const [second] = await readAll(store, `user-${userId}`);
+    expect(second?.data).toEqual(written.data);
+  });
+});
+
+describe('readers of the log never share mutable events (distributed: EventStoreDB stand-in)', () => {
+  jest.setTimeout(60_000);
+  let dir: string;
+  let esdb: EsdbStandin;
+  let raw: EventStore;
+  let credentials: CredentialStore;
+  let store: EventStore;
+
+  beforeAll(async () => {
+    esdb = await startEsdbStandin({ statsIntervalMs: 0 });
+  });
+  afterAll(() => esdb.stop());
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'hhc-review-shared-esdb-'));
+    raw = createEsdbEventStore(esdb.url);
+    credentials = await openFileCredentialStore(dir);
+    store = createPrivateEventStore(raw, { keyring: createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey) });
+  });
+
+  afterEach(async () => {
+    await raw.close();
+    await credentials.close();
+    rmSync(dir, { recursive: true, force: true });
   });
 
   test('private store: a sealed event read twice while its key is held; the first reader changing the opened data leaves the second read as stored', async () => {

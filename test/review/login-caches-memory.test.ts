@@ -13,7 +13,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { openFileCredentialStore } from '../../src/infra/credentials/file';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
+import { derivePrivacyKeys } from '../../src/privacy/crypto';
+import { createPrivateEventStore } from '../../src/privacy/event-store';
+import { createKeyring } from '../../src/privacy/keyring';
 import type { NewEvent } from '../../src/infra/eventstore/port';
 
 const meta = { occurredAt: '2026-11-27T10:00:00.000Z', actor: { type: 'system' as const, id: 'review' }, requestId: 'r', causationId: 'c', correlationId: 'r' };
@@ -55,4 +59,32 @@ describe('the reading caches hold a bounded number of bytes, not only of records
     await store.close();
     expect(grown).toBeLessThan(16 * 1024 * 1024);
   });
+
+  test(`sealing ${EVENTS} device registrations with ${EVENT_BYTES / 1024} KiB of metadata and reading each once leaves less than 16 MiB held by the private store`, async () => {
+    const raw = await openEmbeddedEventStore(dir, { reclaimIntervalMs: 0 });
+    const credentials = await openFileCredentialStore(dir);
+    const store = createPrivateEventStore(raw, { keyring: createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey) });
+    const warm = randomUUID();
+    await store.append(`device-${warm}`, [registered(warm, 10)], 'any');
+    const before = held();
+    for (let i = 0; i < EVENTS; i++) {
+      const uuid = randomUUID();
+      await store.append(`device-${uuid}`, [registered(uuid, EVENT_BYTES)], 'any');
+      // Read once (as a command reads the device's stream).
+      for await (const event of store.readStream(`device-${uuid}`)) expect(event.type).toBe('DeviceRegistered');
+    }
+    const grown = held() - before;
+    await raw.close();
+    await credentials.close();
+    expect(grown).toBeLessThan(16 * 1024 * 1024);
+  });
 });
+
+function registered(uuid: string, bytes: number): NewEvent {
+  return {
+    id: randomUUID(),
+    type: 'DeviceRegistered',
+    data: { id: randomUUID(), uuid, deviceId: 'HUB', name: 'Attic', ipAddress: '10.0.0.9', port: '8123', metadata: { plan: randomUUID().repeat(bytes / 36) }, gen: 0, registeredAt: meta.occurredAt },
+    metadata: meta,
+  };
+}

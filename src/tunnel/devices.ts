@@ -32,6 +32,8 @@ export const NOT_DELIVERED: MessageAck = Object.freeze({ success: true, delivere
 export interface DeviceSockets {
   /** The device half of the handshake: its session, its room and its claim, before `connect`. */
   admit(socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): Promise<void>;
+  /** The socket is connected (Socket.IO accepted it): what only its handshake needed is let go. */
+  accepted(session: DeviceSession): void;
   /** `tunnel:message` from a device, in its turn. */
   onMessage(session: DeviceSession, args: readonly unknown[]): void;
   /** The socket closed (or its handshake failed): forget it, release the device, tell the subscribers. */
@@ -75,6 +77,18 @@ const lostClaim = (): TunnelFailure => new TunnelFailure('SESSION_REPLACED', TUN
 
 export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): DeviceSockets {
   const { nsp, cluster, sessions } = ctx;
+  /**
+   * The `close` listener of each device socket still in its handshake: Socket.IO says nothing
+   * of a socket whose client leaves before it is connected. Removed once connected.
+   */
+  const claiming = new Map<DeviceSession, () => void>();
+  /** The handshake is over (accepted or refused): the listener, and what it holds, goes. */
+  const unwatch = (session: DeviceSession): void => {
+    const onClose = claiming.get(session);
+    if (onClose === undefined) return;
+    claiming.delete(session);
+    session.socket.conn.removeListener('close', onClose);
+  };
 
   const sendStatus = (uuid: string, status: DeviceStatus, localOnly: boolean): void => {
     (localOnly ? nsp.local : nsp).to(subscribersRoom(uuid)).emit('device:status', status);
@@ -198,17 +212,23 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
         left(session);
         void socket.leave(deviceRoom(session.uuid));
       };
-      socket.conn.once('close', () => {
+      const onClose = (): void => {
+        claiming.delete(session);
         if (!socket.connected) abandon();
-      });
+      };
+      socket.conn.once('close', onClose);
+      claiming.set(session, onClose);
       try {
         await claim(session);
       } catch (error) {
+        unwatch(session);
         abandon();
         throw error;
       }
       socket.data.device = session;
     },
+    // Connected: its `disconnect` says when it leaves.
+    accepted: unwatch,
     onMessage: (session, args) => runner.run(session, args, failedMessage, (input) => relay(session, input)),
     left,
     end,

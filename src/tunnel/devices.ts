@@ -4,9 +4,11 @@ import { UnauthorizedError } from '../domain/errors';
 import { findDeviceByUuid } from '../projections/devices';
 import type { ClusterNotice, DeviceClaim, GoneDevice } from './cluster';
 import {
+  addDeviceSession,
   andThen,
   deviceRoom,
   deviceSession,
+  removeDeviceSession,
   subscribersRoom,
   userSubscribersRoom,
   type Authenticated,
@@ -135,9 +137,7 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
 
   const left = (session: DeviceSession): void => {
     sessions.all.delete(session.socket.id);
-    const set = sessions.devices.get(session.uuid);
-    set?.delete(session);
-    if (set?.size === 0) sessions.devices.delete(session.uuid);
+    removeDeviceSession(sessions, session);
     if (sessions.live.get(session.uuid) === session) release(session);
   };
 
@@ -203,9 +203,7 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
       if (latest !== undefined && (latest.state.status !== 'active' || latest.state.gen !== session.gen)) {
         throw new UnauthorizedError(TOKEN_MESSAGES.revoked);
       }
-      let set = sessions.devices.get(session.uuid);
-      if (set === undefined) sessions.devices.set(session.uuid, (set = new Set()));
-      set.add(session);
+      addDeviceSession(sessions, session);
       // Socket.IO says nothing of a socket whose client leaves before the connection is
       // accepted, nor takes a refused one out of the rooms it joined: both are done here.
       const abandon = (): void => {

@@ -51,6 +51,8 @@ const DEVICES_PER_OWNER = 50;
 const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** `memory`: stop after the idle hubs are measured (the service gets SIGTERM: a CPU profile is written). */
 const ONLY_MEMORY = process.env.BENCH_PHASES === 'memory';
+/** The compiled service to run: `dist/main.js`, or another build (an older one, for runs before and after a change). */
+const SERVICE_ENTRY = resolve(process.env.BENCH_SERVICE_ENTRY ?? join(ROOT, 'dist', 'main.js'));
 /** `1`: the service runs with `--expose-gc` and bench/gc-probe.mjs; memory is read after full GCs (SIGWINCH). */
 const GC_PROBE = process.env.BENCH_GC === '1';
 
@@ -110,7 +112,7 @@ async function freePort(): Promise<number> {
 
 function startService(env: Record<string, string>, port: number, cwd: string): Service {
   const probe = GC_PROBE ? ['--expose-gc', '--import', pathToFileURL(join(__dirname, 'gc-probe.mjs')).href] : [];
-  const child = spawn(process.execPath, ['--heapsnapshot-signal=SIGUSR2', ...probe, ...SERVICE_ARGS, join(ROOT, 'dist', 'main.js')], {
+  const child = spawn(process.execPath, ['--heapsnapshot-signal=SIGUSR2', ...probe, ...SERVICE_ARGS, SERVICE_ENTRY], {
     cwd,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: GENEROUS, MAX_DEVICES_PER_USER: '1000', ...SECRETS, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],

@@ -103,8 +103,17 @@ export function appSession(socket: TunnelSocket, userId: string, exp: number): A
 }
 
 export function deviceSession(socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): DeviceSession {
+  // One literal, every field in the object itself: spread into a literal, the fields after the
+  // spread went to a separate property array (a hub holds its session for days).
+  const { principal, waiting, tail, congested, expiresAt, raw } = newSession(socket, { type: 'device', id: auth.uuid }, auth.exp);
   return {
-    ...newSession(socket, { type: 'device', id: auth.uuid }, auth.exp),
+    socket,
+    principal,
+    waiting,
+    tail,
+    congested,
+    expiresAt,
+    raw,
     kind: 'device',
     uuid: auth.uuid,
     gen: auth.gen,

@@ -5,8 +5,11 @@
  * in BENCH_WORKERS child processes (2). Then:
  *
  *   1. memory per idle hub socket: the service's RSS and V8 heap used before the hubs and
- *      after they are all connected and idle, divided by the hubs; BENCH_HEAP_SNAPSHOT=1 also
- *      takes a heap snapshot of the service (SIGUSR2) and lists what the heap is made of;
+ *      after they are all connected and idle, divided by the hubs; BENCH_GC=1 also reads them
+ *      after full GCs (the service runs with `--expose-gc` and bench/gc-probe.mjs, SIGWINCH);
+ *      BENCH_HEAP_SNAPSHOT=1 also takes a heap snapshot of the service (SIGUSR2) and lists what
+ *      the heap is made of (BENCH_KEEP_SNAPSHOTS=<dir> keeps the two snapshots there);
+ *      BENCH_SERVICE_ENTRY runs another build of the service (e.g. a copy of an older `dist/`);
  *   2. kill -9, restart at once: time from the kill until `/health` answers and until an
  *      app's `GET /devices` answers, and until every hub is connected again and has had a
  *      heartbeat accepted; hubs that gave up; the app's `GET /devices` (one request at a time,

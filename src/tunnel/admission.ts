@@ -79,10 +79,21 @@ export function createAdmission(options: AdmissionOptions): Admission {
   let window = bounds?.initial ?? Infinity;
   let inFlight = 0;
   let shrunkAt = -Infinity;
-  // Handshakes answered per second, measured over the last second or so (what refused hubs are spread at).
+  // Handshakes answered per second of work, measured over a second or so of time with
+  // handshakes in flight (idle time does not count: the first answers after a quiet spell or a
+  // restart would say one a second), and the best of the last measurements, fading by a tenth
+  // each (a stall, when the loop ran late, does not send refused hubs a minute away). What
+  // refused hubs are spread at.
   let answeredRate = 0;
-  let answeredInSecond = 0;
-  let secondStartedAt = now();
+  let peakRate = 0;
+  let answeredInPeriod = 0;
+  let busyMs = 0;
+  let changedAt = now();
+  /** Time with handshakes in flight is counted up to `t`. */
+  const busyUntil = (t: number): void => {
+    if (inFlight > 0) busyMs += t - changedAt;
+    changedAt = t;
+  };
   let tokens = rate;
   let refilledAt = now();
   // The appointment book: the moment the last refused hub was told to come back.
@@ -102,7 +113,8 @@ export function createAdmission(options: AdmissionOptions): Admission {
   /** Refused hubs come back one after another at the pace the process answers. */
   const refuse = (t: number): number => {
     refused++;
-    const pace = Math.max(rate > 0 ? Math.min(rate, answeredRate || rate) : answeredRate, 1);
+    const measured = Math.max(answeredRate, peakRate);
+    const pace = Math.max(rate > 0 ? Math.min(rate, measured || rate) : measured, 1);
     booked = Math.min(Math.max(booked, t) + 1000 / pace, t + maxWait * 1000);
     return Math.max(1, Math.ceil((booked - t) / 1000));
   };
@@ -124,17 +136,20 @@ export function createAdmission(options: AdmissionOptions): Admission {
         tokens -= 1;
       }
       admitted++;
+      busyUntil(t);
       inFlight++;
       return null;
     },
     settled: (admittedAt) => {
-      inFlight = Math.max(0, inFlight - 1);
       const t = now();
-      answeredInSecond++;
-      if (t - secondStartedAt >= 1000) {
-        answeredRate = (answeredInSecond * 1000) / (t - secondStartedAt);
-        answeredInSecond = 0;
-        secondStartedAt = t;
+      busyUntil(t);
+      inFlight = Math.max(0, inFlight - 1);
+      answeredInPeriod++;
+      if (busyMs >= 1000) {
+        answeredRate = (answeredInPeriod * 1000) / busyMs;
+        peakRate = Math.max(answeredRate, peakRate * 0.9);
+        answeredInPeriod = 0;
+        busyMs = 0;
       }
       if (bounds === null) return;
       if (t - admittedAt <= bounds.targetMs) window = Math.min(bounds.max, window + 1);

@@ -72,6 +72,44 @@ describe('the in-flight window', () => {
     const waits = Array.from({ length: 6 }, () => admission.decide());
     expect(waits).toEqual([1, 1, 2, 2, 3, 3]);
   });
+
+  test('time with nothing in flight does not count: the first answers after a quiet spell say the rate they came at', () => {
+    let t = 0;
+    let delay = 0;
+    const admission = createAdmission({ perSecond: 0, window: false, loopDelay: () => delay, now: () => t });
+    // Ten seconds of nothing (a process just started), then 100 handshakes answered within a second.
+    t = 10_000;
+    for (let i = 0; i < 100; i++) expect(admission.decide()).toBeNull();
+    for (let i = 0; i < 100; i++) {
+      t += 10;
+      admission.settled(10_000);
+    }
+    delay = 800;
+    // 300 refused: three seconds of the process's work at 100 a second, not 60 at one.
+    const waits = Array.from({ length: 300 }, () => admission.decide());
+    expect(waits.at(-1)).toBe(3);
+  });
+
+  test('a stall does not send refused hubs further than the rate the process had just before', () => {
+    let t = 0;
+    let delay = 0;
+    const admission = createAdmission({ perSecond: 0, window: false, loopDelay: () => delay, maxLoopDelayMs: 500, now: () => t });
+    // Ten answered per second for two seconds.
+    for (let i = 0; i < 20; i++) {
+      expect(admission.decide()).toBeNull();
+      t += 100;
+      admission.settled(t - 100);
+    }
+    // A stall: one answer in the next second, and the loop runs late.
+    expect(admission.decide()).toBeNull();
+    t += 1000;
+    admission.settled(t - 1000);
+    delay = 800;
+    // Twenty refused, booked at about ten a second (the best rate of the last seconds, fading), not one.
+    const waits = Array.from({ length: 20 }, () => admission.decide());
+    expect(waits.every((w) => w !== null)).toBe(true);
+    expect(waits.at(-1)).toBe(3);
+  });
 });
 
 describe('the event loop\'s delay', () => {

@@ -30,6 +30,15 @@ async function run(uuid: string, actor: string, cmd: DeviceCommand): Promise<voi
   await handleCommand(store, deviceDecider, deviceStream(uuid), cmd, newCommandContext({ type: 'user', id: actor }, randomUUID()), systemClock);
 }
 
+/** A device registered by a new owner. */
+async function registered(): Promise<{ uuid: string; owner: string; now: string }> {
+  const uuid = randomUUID();
+  const owner = randomUUID();
+  const now = new Date().toISOString();
+  await run(uuid, owner, { type: 'RegisterDevice', data: { id: randomUUID(), uuid, deviceId: 'HUB-1', name: 'Hub', actorUserId: owner, linkId: randomUUID(), ownedDeviceCount: 0, maxDevicesPerUser: 10, now } });
+  return { uuid, owner, now };
+}
+
 async function lastEvent(uuid: string): Promise<RecordedEvent> {
   let last: RecordedEvent | undefined;
   for await (const event of store.readStream(deviceStream(uuid))) last = event;
@@ -38,10 +47,7 @@ async function lastEvent(uuid: string): Promise<RecordedEvent> {
 }
 
 test('a fold of the shared cache is taken as it is, and an event it already covers keeps it', async () => {
-  const uuid = randomUUID();
-  const owner = randomUUID();
-  const now = new Date().toISOString();
-  await run(uuid, owner, { type: 'RegisterDevice', data: { id: randomUUID(), uuid, deviceId: 'HUB-1', name: 'Hub', actorUserId: owner, linkId: randomUUID(), ownedDeviceCount: 0, maxDevicesPerUser: 10, now } });
+  const { uuid, owner, now } = await registered();
   const shared = createStateCache<DeviceState>(10);
   const fold = async () => loadAggregate(store, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid));
   shared.set(deviceStream(uuid), await fold());
@@ -71,10 +77,7 @@ test('a fold of the shared cache is taken as it is, and an event it already cove
 });
 
 test('a fold the tunnel read is handed to the heartbeat path; one read behind the live feed is not', async () => {
-  const uuid = randomUUID();
-  const owner = randomUUID();
-  const now = new Date().toISOString();
-  await run(uuid, owner, { type: 'RegisterDevice', data: { id: randomUUID(), uuid, deviceId: 'HUB-1', name: 'Hub', actorUserId: owner, linkId: randomUUID(), ownedDeviceCount: 0, maxDevicesPerUser: 10, now } });
+  const { uuid, owner, now } = await registered();
   const shared = createStateCache<DeviceState>(10);
   const access = createDeviceAccess(store, { maxEntries: 10, now: () => Date.now(), shared });
 

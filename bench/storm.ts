@@ -9,7 +9,6 @@
  *      after full GCs (the service runs with `--expose-gc` and bench/gc-probe.mjs, SIGWINCH);
  *      BENCH_HEAP_SNAPSHOT=1 also takes a heap snapshot of the service (SIGUSR2) and lists what
  *      the heap is made of (BENCH_KEEP_SNAPSHOTS=<dir> keeps the two snapshots there);
- *      BENCH_SERVICE_ENTRY runs another build of the service (e.g. a copy of an older `dist/`);
  *   2. kill -9, restart at once: time from the kill until `/health` answers and until an
  *      app's `GET /devices` answers, and until every hub is connected again and has had a
  *      heartbeat accepted; hubs that gave up; the app's `GET /devices` (one request at a time,
@@ -28,7 +27,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { createServer, connect as netConnect, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { tmpdir, loadavg } from 'node:os';
+import { availableParallelism, tmpdir, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
@@ -54,10 +53,18 @@ const DEVICES_PER_OWNER = 50;
 const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** `memory`: stop after the idle hubs are measured (the service gets SIGTERM: a CPU profile is written). */
 const ONLY_MEMORY = process.env.BENCH_PHASES === 'memory';
-/** The compiled service to run: `dist/main.js`, or another build (an older one, for runs before and after a change). */
-const SERVICE_ENTRY = resolve(process.env.BENCH_SERVICE_ENTRY ?? join(ROOT, 'dist', 'main.js'));
 /** `1`: the service runs with `--expose-gc` and bench/gc-probe.mjs; memory is read after full GCs (SIGWINCH). */
 const GC_PROBE = process.env.BENCH_GC === '1';
+/**
+ * `1`: the service on the first CPU and the fleet's workers on the others (`taskset`), so that
+ * the service's figures are not its own clients' starving it (on this 2-core machine: one core each).
+ */
+const PIN = process.env.BENCH_PIN === '1';
+/** The compiled service to run (default `dist`): e.g. a copy built from another commit, to compare the two on the same machine. */
+const DIST = resolve(ROOT, process.env.BENCH_DIST ?? 'dist');
+const CPUS = availableParallelism();
+const SERVICE_CPUS = '0';
+const FLEET_CPUS = CPUS > 1 ? `1-${CPUS - 1}` : '0';
 
 const SECRETS = {
   JWT_ACCESS_SECRET: 'bench-access-secret-0123456789abcdef0123456789',
@@ -115,7 +122,10 @@ async function freePort(): Promise<number> {
 
 function startService(env: Record<string, string>, port: number, cwd: string): Service {
   const probe = GC_PROBE ? ['--expose-gc', '--import', pathToFileURL(join(__dirname, 'gc-probe.mjs')).href] : [];
-  const child = spawn(process.execPath, ['--heapsnapshot-signal=SIGUSR2', ...probe, ...SERVICE_ARGS, SERVICE_ENTRY], {
+  const node = [process.execPath, '--heapsnapshot-signal=SIGUSR2', ...probe, ...SERVICE_ARGS, join(DIST, 'main.js')];
+  // taskset execs node: the child's pid is the service's.
+  const [command = process.execPath, ...args] = PIN ? ['taskset', '-c', SERVICE_CPUS, ...node] : node;
+  const child = spawn(command, args, {
     cwd,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: GENEROUS, MAX_DEVICES_PER_USER: '1000', ...SECRETS, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -258,6 +268,8 @@ function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
   let stopping: Promise<void> | undefined;
   const workers = Array.from({ length: WORKERS }, (_, w) => {
     const worker = fork(join(__dirname, 'storm-fleet.ts'), [], { execArgv: ['--import', 'tsx', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    // Every thread of the worker (V8's and libuv's too), and those it starts later.
+    if (PIN && worker.pid !== undefined) spawn('taskset', ['-a', '-p', '-c', FLEET_CPUS, String(worker.pid)], { stdio: 'ignore' });
     worker.on('message', (message: WorkerReport) => reports.set(worker, message));
     worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w) } satisfies WorkerMessage);
     return worker;
@@ -408,8 +420,11 @@ async function embedded(): Promise<void> {
     await service.exited;
     service = startService(env, port, cwd);
     const health = await until('health after the kill', async () => ((await answers(`${baseUrl}/api/v1/health`)) ? Date.now() - killedAt : undefined), 20);
+    // The restarted service's CPU from its first answer until every hub is back: the reconnections' cost, without the crash start.
+    const cpuServing = cpuSeconds(service.child.pid ?? 0);
     const devices = await until('GET /devices after the kill', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? Date.now() - killedAt : undefined), 20);
     const allBack = await until('every hub back', () => (fleet.total('back') >= HUBS ? Date.now() - killedAt : undefined), 100);
+    const reconnectCpuMsPerHub = ((cpuSeconds(service.child.pid ?? 0) - cpuServing) * 1000) / HUBS;
     const samples = await app.stop();
     const beats = { acceptedSinceKill: fleet.total('beatsOk'), failedSinceKill: fleet.total('beatsFailed') };
     const firstOk = samples.find((s) => s.status === 200)?.at ?? Infinity;
@@ -423,6 +438,8 @@ async function embedded(): Promise<void> {
       healthAfterKillMs: health,
       devicesAfterKillMs: devices,
       allHubsBackAfterKillMs: allBack,
+      reconnectCpuMsPerHub: Number(reconnectCpuMsPerHub.toFixed(2)),
+      reconnections: fleet.causes(),
       gaveUp: fleet.stopped(),
       refusals: fleet.refused(),
       heartbeats: beats,

@@ -104,14 +104,24 @@ export class UnknownEventVersionError extends Error {
  */
 export function upcast(type: string, data: unknown): unknown {
   if (!isRecord(data)) return data;
-  let version = storedVersion(data);
-  const target = currentVersion(type);
-  if (version > target) throw new UnknownEventVersionError(type, version);
+  const version = storedVersion(data);
   let current: EventData = data;
   if (VERSION_FIELD in current) {
     const { [VERSION_FIELD]: _dropped, ...rest } = current;
     current = rest;
   }
+  return upcastFrom(type, version, current);
+}
+
+/**
+ * `data`, stored as version `version` and already without `$v`, in the shape of its type's
+ * current version (what `upcast` does once it has read and dropped `$v`).
+ */
+export function upcastFrom(type: string, storedAs: number, data: EventData): EventData {
+  let version = storedAs;
+  const target = currentVersion(type);
+  if (version > target) throw new UnknownEventVersionError(type, version);
+  let current = data;
   const steps = UPCASTERS[type] ?? {};
   while (version < target) {
     const step = steps[version];

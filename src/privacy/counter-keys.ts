@@ -1,12 +1,27 @@
 import type { RateLimiter } from '../ratelimit/limiter';
 import { keyedHash } from './crypto';
 
+/** How many client addresses' counter names are kept. */
+const NAMES_KEPT = 10_000;
+
 /**
  * A rate limiter whose counters kept by client IP (`ip:<address>`) are named by a keyed
  * hash, so the counters' store (Redis) never holds a client's address (decisions §11).
  */
 export function withKeyedCounters(limiter: RateLimiter, key: Buffer): RateLimiter {
-  const named = (counter: string): string => (counter.startsWith('ip:') ? `iph:${keyedHash(key, counter).slice(0, 32)}` : counter);
+  // The names of the addresses seen last, so that a client's requests do not each compute an
+  // HMAC (in memory only, as the requests themselves; bounded).
+  const names = new Map<string, string>();
+  const named = (counter: string): string => {
+    if (!counter.startsWith('ip:')) return counter;
+    let name = names.get(counter);
+    if (name === undefined) {
+      name = `iph:${keyedHash(key, counter).slice(0, 32)}`;
+      names.set(counter, name);
+      if (names.size > NAMES_KEPT) names.delete(names.keys().next().value as string);
+    }
+    return name;
+  };
   const { refund } = limiter;
   return {
     consume: (tier, counter) => limiter.consume(tier, named(counter)),

@@ -1,4 +1,4 @@
-import { VERSION_FIELD, currentVersion, stampVersion, upcast } from '../events/schema-versions';
+import { VERSION_FIELD, currentVersion, stampVersion, storedVersion, upcast, upcastFrom } from '../events/schema-versions';
 import type {
   AppendResult,
   EventStore,
@@ -12,8 +12,8 @@ import type {
   SubscriptionItem,
 } from '../infra/eventstore/port';
 import { open, seal } from './crypto';
-import { DataKeyUnreadableError, deviceSubject, userSubject, type DataKey, type Keyring } from './keyring';
-import { ERASED, PERSONAL_FIELDS, SEALED_FIELD, getPath, setPath, subjectOf } from './personal-fields';
+import { DataKeyUnreadableError, deviceSubject, subjectOfKeyId, userSubject, type DataKey, type Keyring } from './keyring';
+import { ERASED, PERSONAL_FIELDS, SEALED_FIELD, getPath, setPathInPlace, subjectOf } from './personal-fields';
 
 /**
  * The event store as the whole service reads and writes it: the one place where personal
@@ -69,52 +69,82 @@ function toSeal(type: string, streamName: string, data: unknown): ToSeal | null 
   return present.length === 0 ? null : { data, subject, present };
 }
 
-function sealWith(type: string, { data, present }: ToSeal, { keyId, key }: DataKey): unknown {
+/** An event sealed: its stored data, its box and the JSON the box holds. */
+interface SealedNow {
+  readonly stored: unknown;
+  readonly box: SealedBox;
+  readonly json: string;
+}
+
+/**
+ * The data as stored: the fields but the personal ones, in their order (a nested path is left
+ * out of a copy of its object), then the box and `$v`, built in one object rather than a copy
+ * per path.
+ */
+function sealWith(type: string, { data, present }: ToSeal, { keyId, key }: DataKey): SealedNow {
   const plain: Record<string, unknown> = {};
-  let rest: Record<string, unknown> = data;
-  for (const path of present) {
-    plain[path] = getPath(data, path);
-    rest = setPath(rest, path, undefined);
-  }
-  const box: SealedBox = { k: keyId, f: present, c: seal(key, Buffer.from(JSON.stringify(plain), 'utf8'), aad(type, keyId)) };
-  return stampVersion(type, { ...rest, [SEALED_FIELD]: box });
+  for (const path of present) plain[path] = getPath(data, path);
+  const rest: Record<string, unknown> = {};
+  for (const field of Object.keys(data)) rest[field] = data[field];
+  for (const path of present) setPathInPlace(rest, path, undefined);
+  const json = JSON.stringify(plain);
+  const box: SealedBox = { k: keyId, f: present, c: seal(key, Buffer.from(json, 'utf8'), aad(type, keyId)) };
+  rest[SEALED_FIELD] = box;
+  return { stored: stampVersion(type, rest), box, json };
 }
 
 /** Seals the personal fields of one event's data under its subject's key and stamps its version. */
 export async function sealEventData(keyring: Keyring, type: string, streamName: string, data: unknown): Promise<unknown> {
   const sealing = toSeal(type, streamName, data);
   if (sealing === null) return stampVersion(type, data);
-  return sealWith(type, sealing, keyring.heldKeyFor(sealing.subject) ?? (await keyring.keyFor(sealing.subject)));
+  return sealWith(type, sealing, keyring.heldKeyFor(sealing.subject) ?? (await keyring.keyFor(sealing.subject))).stored;
 }
 
-/** What `sealEventData` answers, at once, when nothing has to be looked up for it; NOT_HELD when its key is not held. */
-function sealedAtOnce(keyring: Keyring, type: string, streamName: string, data: unknown): unknown {
+/**
+ * What `sealEventData` answers, at once, when nothing has to be looked up for it (with the box,
+ * when it sealed one); NOT_HELD when its key is not held.
+ */
+function sealedAtOnce(keyring: Keyring, type: string, streamName: string, data: unknown): SealedNow | { readonly stored: unknown; readonly box?: undefined } | typeof NOT_HELD {
   const sealing = toSeal(type, streamName, data);
-  if (sealing === null) return stampVersion(type, data);
+  if (sealing === null) return { stored: stampVersion(type, data) };
   const key = keyring.heldKeyFor(sealing.subject);
   return key === undefined ? NOT_HELD : sealWith(type, sealing, key);
 }
 
+/** A stored event's data with its sealed box. */
+interface Sealed {
+  readonly box: SealedBox;
+  readonly data: Record<string, unknown>;
+}
+
 /** The data's sealed box, or null when it has none. */
-function boxOf(data: unknown): { readonly box: SealedBox; readonly rest: Record<string, unknown> } | null {
+function boxOf(data: unknown): Sealed | null {
   if (!isRecord(data)) return null;
   const box = data[SEALED_FIELD];
-  if (!isSealedBox(box)) return null;
-  const { [SEALED_FIELD]: _box, ...rest } = data;
-  return { box, rest };
+  return isSealedBox(box) ? { box, data } : null;
+}
+
+/** The values a box holds, or null when it does not open (`key` null: destroyed). */
+function valuesIn(type: string, box: SealedBox, key: Buffer | null): Record<string, unknown> | null {
+  const plain = key === null ? null : open(key, box.c, aad(type, box.k));
+  return plain === null ? null : parsedValues(plain.toString('utf8'));
+}
+
+/**
+ * The stored data with the box's values (null: "[erased]") in place of the box, upcast: the
+ * fields as stored but the box and `$v`, in their order, then each sealed path as `setPath`
+ * sets it, built in one object rather than a copy per path.
+ */
+function openedWith(type: string, { box, data }: Sealed, values: Record<string, unknown> | null): unknown {
+  const opened: Record<string, unknown> = {};
+  for (const field of Object.keys(data)) if (field !== SEALED_FIELD && field !== VERSION_FIELD) opened[field] = data[field];
+  for (const path of box.f) setPathInPlace(opened, path, values === null ? ERASED : values[path]);
+  return upcastFrom(type, storedVersion(data), opened);
 }
 
 /** The box opened with `key` (null: destroyed) into the other fields, upcast. */
-function openWith(type: string, { box, rest }: { readonly box: SealedBox; readonly rest: Record<string, unknown> }, key: Buffer | null): unknown {
-  let opened: Record<string, unknown> = rest;
-  const plain = key === null ? null : open(key, box.c, aad(type, box.k));
-  let values: Record<string, unknown> | null = null;
-  if (plain !== null) {
-    const parsed: unknown = JSON.parse(plain.toString('utf8'));
-    if (isRecord(parsed)) values = parsed;
-  }
-  for (const path of box.f) opened = setPath(opened, path, values === null ? ERASED : values[path]);
-  return upcast(type, opened);
+function openWith(type: string, sealed: Sealed, key: Buffer | null): unknown {
+  return openedWith(type, sealed, valuesIn(type, sealed.box, key));
 }
 
 /**
@@ -136,12 +166,61 @@ export async function openEventData(keyring: Keyring, type: string, data: unknow
   return openWith(type, sealed, key);
 }
 
+/** An event's data as opened once, kept for the next reader of the same event (OpenedEvents). */
+interface OpenedEntry {
+  readonly type: string;
+  readonly box: SealedBox;
+  readonly data: unknown;
+}
+
+/** How many opened events a private store keeps (the last ones opened). */
+const OPENED_EVENTS_KEPT = 1024;
+
+/**
+ * The events a private store opened last, by event id: one commit is read by several
+ * subscriptions (the projector, the revocation feed) and a user's stream by each of their
+ * logins, and each would otherwise decrypt and parse the same box again. An entry answers only
+ * for the very box it was opened from (same type, key id and ciphertext) and only while that
+ * key is held: a destroyed, evicted or stale key is never held, so nothing opened before an
+ * erasure is handed out after it (and an erasure passing by drops its person's entries).
+ */
+class OpenedEvents {
+  private readonly entries = new Map<string, OpenedEntry>();
+
+  get(id: string, type: string, box: SealedBox): unknown {
+    const entry = this.entries.get(id);
+    return entry !== undefined && entry.type === type && entry.box.k === box.k && entry.box.c === box.c ? entry.data : undefined;
+  }
+
+  set(id: string, entry: OpenedEntry): void {
+    this.entries.delete(id);
+    this.entries.set(id, entry);
+    if (this.entries.size > OPENED_EVENTS_KEPT) this.entries.delete(this.entries.keys().next().value as string);
+  }
+
+  /** Drops every entry opened with a key of these subjects. */
+  forget(subjects: ReadonlySet<string>): void {
+    for (const [id, entry] of this.entries) if (subjects.has(subjectOfKeyId(entry.box.k))) this.entries.delete(id);
+  }
+}
+
+/** What a box's JSON opens to (as `valuesIn` parses it). */
+function parsedValues(json: string): Record<string, unknown> | null {
+  const parsed: unknown = JSON.parse(json);
+  return isRecord(parsed) ? parsed : null;
+}
+
 /** What `openEventData` answers, at once, when its key is held or it has no box; NOT_HELD otherwise. */
-function openedAtOnce(keyring: Keyring, type: string, data: unknown): unknown {
-  const sealed = boxOf(data);
-  if (sealed === null) return upcast(type, data);
+function openedAtOnce(keyring: Keyring, event: RecordedEvent, opened: OpenedEvents): unknown {
+  const sealed = boxOf(event.data);
+  if (sealed === null) return upcast(event.type, event.data);
   const key = keyring.heldKeyById(sealed.box.k);
-  return key === undefined ? NOT_HELD : openWith(type, sealed, key);
+  if (key === undefined) return NOT_HELD;
+  const known = opened.get(event.id, event.type, sealed.box);
+  if (known !== undefined) return known;
+  const data = openWith(event.type, sealed, key);
+  opened.set(event.id, { type: event.type, box: sealed.box, data });
+  return data;
 }
 
 /** Whether reading this stored event involves more than handing it on (the hot path, heartbeats, does not). */
@@ -195,9 +274,10 @@ function withData<E extends { readonly data: unknown }>(event: E, data: unknown)
  * the keyring gives: a destroyed or evicted key is never held.
  */
 export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateEventStoreOptions): EventStore {
+  const openedEvents = new OpenedEvents();
   const openRecorded = (event: RecordedEvent, damagedAsErased = false): RecordedEvent | Promise<RecordedEvent> => {
-    if (event.type === 'UserErased' && isRecord(event.data)) forgetErased(keyring, event.data);
-    const opened = openedAtOnce(keyring, event.type, event.data);
+    if (event.type === 'UserErased' && isRecord(event.data)) openedEvents.forget(forgetErased(keyring, event.data));
+    const opened = openedAtOnce(keyring, event, openedEvents);
     if (opened !== NOT_HELD) return withData(event, opened);
     return openEventData(keyring, event.type, event.data, damagedAsErased).then((data) => withData(event, data));
   };
@@ -206,9 +286,21 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
     async append(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult> {
       if (!events.some(needsSealing)) return inner.append(streamName, events, expected);
       const atOnce = events.map((e) => sealedAtOnce(keyring, e.type, streamName, e.data));
-      const sealed = atOnce.every((data) => data !== NOT_HELD)
-        ? events.map((e, i) => withData(e, atOnce[i]))
-        : await Promise.all(events.map(async (e) => withData(e, await sealEventData(keyring, e.type, streamName, e.data))));
+      if (!atOnce.every((sealed) => sealed !== NOT_HELD)) {
+        const sealed = await Promise.all(events.map(async (e) => withData(e, await sealEventData(keyring, e.type, streamName, e.data))));
+        return inner.append(streamName, sealed, expected);
+      }
+      const sealed = events.map((e, i) => {
+        const now = atOnce[i] as Exclude<(typeof atOnce)[number], typeof NOT_HELD>;
+        // Its readers (the projector, the revocation feed) find it opened already: what opening
+        // it would answer once read back (the log keeps data as JSON sees it), from the JSON
+        // sealed in the box, while its key is held.
+        const stored: unknown = now.box === undefined ? null : JSON.parse(JSON.stringify(now.stored));
+        if (now.box !== undefined && isRecord(stored)) {
+          openedEvents.set(e.id, { type: e.type, box: now.box, data: openedWith(e.type, { box: now.box, data: stored }, parsedValues(now.json)) });
+        }
+        return withData(e, now.stored);
+      });
       return inner.append(streamName, sealed, expected);
     },
     readStream(streamName: string, options?: ReadStreamOptions): AsyncIterable<RecordedEvent> {
@@ -230,9 +322,12 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
   };
 }
 
-/** Another process erased someone: whatever this one holds of their keys goes. */
-function forgetErased(keyring: Keyring, data: Record<string, unknown>): void {
-  if (typeof data.userId === 'string') keyring.evict(userSubject(data.userId));
-  if (Array.isArray(data.devices)) for (const uuid of data.devices) if (typeof uuid === 'string') keyring.evict(deviceSubject(uuid));
+/** Another process erased someone: whatever this one holds of their keys goes. Answers the subjects evicted. */
+function forgetErased(keyring: Keyring, data: Record<string, unknown>): Set<string> {
+  const subjects = new Set<string>();
+  if (typeof data.userId === 'string') subjects.add(userSubject(data.userId));
+  if (Array.isArray(data.devices)) for (const uuid of data.devices) if (typeof uuid === 'string') subjects.add(deviceSubject(uuid));
+  for (const subject of subjects) keyring.evict(subject);
+  return subjects;
 }
 

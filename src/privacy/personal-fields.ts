@@ -56,18 +56,23 @@ export function getPath(data: Readonly<Record<string, unknown>>, path: string): 
 
 /** A copy with the path set (`value` undefined: removed). */
 export function setPath(data: Readonly<Record<string, unknown>>, path: string, value: unknown): Record<string, unknown> {
-  const [head, rest] = splitPath(path);
   const copy: Record<string, unknown> = { ...data };
+  setPathInPlace(copy, path, value);
+  return copy;
+}
+
+/** What `setPath` answers, made in `data` itself (a nested object is still copied, never changed). */
+export function setPathInPlace(data: Record<string, unknown>, path: string, value: unknown): void {
+  const [head, rest] = splitPath(path);
   if (rest === null) {
-    if (value === undefined) delete copy[head];
-    else copy[head] = value;
-    return copy;
+    if (value === undefined) delete data[head];
+    else data[head] = value;
+    return;
   }
-  const inner = isRecord(copy[head]) ? { ...(copy[head] as Record<string, unknown>) } : {};
+  const inner = isRecord(data[head]) ? { ...(data[head] as Record<string, unknown>) } : {};
   if (value === undefined) delete inner[rest];
   else inner[rest] = value;
-  copy[head] = inner;
-  return copy;
+  data[head] = inner;
 }
 
 function splitPath(path: string): [string, string | null] {

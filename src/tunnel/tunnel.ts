@@ -11,7 +11,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import type { RelayDirection } from '../metrics';
 import { createDeviceAccess } from './access';
-import { admitHandshakes, createAdmission, type AdmissionOptions } from './admission';
+import { admitHandshakes, createAdmission, startLoopDelayMonitor, type AdmissionOptions } from './admission';
 import { createAppSockets } from './apps';
 import { createLocalCluster, type TunnelCluster } from './cluster';
 import type { RedisAdapterKind } from './redis-cluster';
@@ -75,7 +75,7 @@ export interface TunnelDeps {
   /** Deactivated accounts: their app sockets are told ACCESS_REVOKED and closed. */
   readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked' | 'isRevoked'>;
   /** The heartbeat path's device folds: the tunnel starts from them and keeps the same ones (src/tunnel/access.ts). */
-  readonly deviceStates?: Pick<StateCache<DeviceState>, 'get'>;
+  readonly deviceStates?: Pick<StateCache<DeviceState>, 'get' | 'set'>;
   /** Told of a device stream whose token generation changed or that was deleted, on any process. */
   readonly onDeviceRevoked?: (streamName: string) => void;
 }
@@ -161,7 +161,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   cluster.attach(nsp, (notice) => devices.onNotice(notice));
   await cluster.roomsReady();
   // Before any token check: device handshakes at the pace this process can serve.
-  const admitted = deps.admission !== undefined ? admitHandshakes(nsp, createAdmission(deps.admission)) : null;
+  const loopDelay = deps.admission !== undefined ? startLoopDelayMonitor() : null;
+  const admitted = deps.admission !== undefined ? admitHandshakes(nsp, createAdmission({ loopDelay: loopDelay?.current, ...deps.admission })) : null;
   const expiry = startExpirySweep(ctx, clock);
   acceptConnections(ctx, {
     tokens: deps.tokens,
@@ -213,6 +214,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       closing = true;
       stopSweep();
       expiry.stop();
+      loopDelay?.stop();
       clearInterval(refresh);
       await feed.stop();
       // Closing the transports, not a Socket.IO disconnect: clients then reconnect (to another process).

@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { sessionStream, userStream } from '../../src/domain/events';
+import { STREAM_PREFIXES, sessionStream, userStream } from '../../src/domain/events';
 import { openFileCredentialStore } from '../../src/infra/credentials/file';
 import type { CredentialStore } from '../../src/infra/credentials/port';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
-import type { EventStore, NewEvent } from '../../src/infra/eventstore/port';
+import type { EventStore, NewEvent, Subscription } from '../../src/infra/eventstore/port';
 import { batchesOf, type Batch } from '../../src/projections/batches';
 import { derivePrivacyKeys } from '../../src/privacy/crypto';
 import { createPrivateEventStore } from '../../src/privacy/event-store';
@@ -20,7 +20,37 @@ import { ERASED } from '../../src/privacy/personal-fields';
  * one batch through the private store as it does from the log itself (each batch is read-model
  * writes, a checkpoint and a watermark wake-up: batches lost are CPU per login). A key that is
  * destroyed, evicted or stale is never held, so none of this reads an erased person's data.
+ *
+ * And what a login's events cost the readers of the log. A service process reads every commit
+ * with several subscriptions (the projector, the access-revocation feed, the tunnel's live feed,
+ * presence expiry, the past-devices feed): each used to check and decode every committed record
+ * itself, scanning from its segment's last sample (up to 255 records back) at every commit, and
+ * each reader of a sealed event decrypted and parsed its box again (the projector and the
+ * revocation feed both open a login's RefreshIssued; each login reads the user's stream). A
+ * record just committed is now decoded once for all of them, and a box opened once while its
+ * key is held (never after the key is gone).
  */
+
+/** Calls counted in every module of this test: checksums (every record read or written) and AES-GCM decryptions. */
+const mockCounts = { checksums: 0, deciphers: 0 };
+
+/** `f`, counting its calls under `name` (a function declaration: the hoisted mock factories may call it). */
+function mockCounting<A extends unknown[], R>(name: keyof typeof mockCounts, f: (...args: A) => R): (...args: A) => R {
+  return (...args) => {
+    mockCounts[name]++;
+    return f(...args);
+  };
+}
+
+jest.mock('node:zlib', () => {
+  const actual = jest.requireActual<typeof import('node:zlib')>('node:zlib');
+  return { ...actual, crc32: mockCounting('checksums', actual.crc32) };
+});
+
+jest.mock('node:crypto', () => {
+  const actual = jest.requireActual<typeof import('node:crypto')>('node:crypto');
+  return { ...actual, createDecipheriv: mockCounting('deciphers', actual.createDecipheriv) };
+});
 
 const meta = { occurredAt: '2026-11-27T10:00:00.000Z', actor: { type: 'system' as const, id: 'test' }, requestId: 'r', causationId: 'c', correlationId: 'r' };
 
@@ -41,6 +71,29 @@ function synced(userId: string): NewEvent {
     data: { userId, created: true, syncId: 7, email: `${userId}@example.org`, firstName: 'Ada', lastName: 'Lovelace', syncedAt: meta.occurredAt },
     metadata: meta,
   };
+}
+
+/** Reads a subscription in the background; `seen(n)` resolves once n events came after it caught up. */
+function follow(subscription: Subscription): { caughtUp: Promise<void>; seen: (n: number) => Promise<Array<Record<string, unknown>>> } {
+  const events: Array<Record<string, unknown>> = [];
+  let live = false;
+  let markCaughtUp: () => void = () => undefined;
+  const caughtUp = new Promise<void>((resolve) => (markCaughtUp = resolve));
+  const waiters: Array<() => void> = [];
+  void (async () => {
+    for await (const item of subscription) {
+      if (item.kind !== 'event') {
+        live = true;
+        markCaughtUp();
+      } else if (live) events.push(item.event.data as Record<string, unknown>);
+      for (const wake of waiters.splice(0)) wake();
+    }
+  })();
+  const seen = async (n: number): Promise<Array<Record<string, unknown>>> => {
+    while (events.length < n) await new Promise<void>((resolve) => waiters.push(resolve));
+    return events;
+  };
+  return { caughtUp, seen };
 }
 
 /** Batches the projector would make of what `store` hands out after it caught up, until `count` events came. */
@@ -178,5 +231,70 @@ describe('sealed events cost their readers no key-store reads and no lost batche
     expect((await userData(userId)).map((d) => [d.email, d.firstName])).toEqual([[ERASED, ERASED]]);
     expect(keyring.heldKeyFor(subject)).toBeUndefined();
     await expect(store.append(sessionStream(randomUUID()), [issued(userId)], 'no_stream')).rejects.toThrow(/erased/);
+  });
+
+  test('five subscriptions: each login is checksummed and decoded once for all of them, and found opened already', async () => {
+    const users = Array.from({ length: 300 }, () => randomUUID());
+    // History: more records than a segment's sampling step, so a scan from the last sample is long.
+    for (const userId of users) await store.append(userStream(userId), [synced(userId)], 'no_stream');
+    const subscriptions = [
+      store.subscribe(),
+      store.subscribe({ streamPrefixes: [STREAM_PREFIXES.user, STREAM_PREFIXES.session] }),
+      store.subscribe({ streamPrefixes: [STREAM_PREFIXES.device] }),
+      store.subscribe({ streamPrefixes: [STREAM_PREFIXES.device] }),
+      store.subscribe({ streamPrefixes: [STREAM_PREFIXES.device] }),
+    ];
+    const followers = subscriptions.map(follow);
+    await Promise.all(followers.map((f) => f.caughtUp));
+
+    mockCounts.checksums = 0;
+    mockCounts.deciphers = 0;
+    const logins = users.slice(0, 20);
+    const streams = logins.map(() => sessionStream(randomUUID()));
+    for (const [i, userId] of logins.entries()) {
+      await store.append(streams[i] as string, [issued(userId)], 'no_stream');
+      await Promise.all([followers[0]?.seen(i + 1), followers[1]?.seen(i + 1)]);
+    }
+    const projected = (await followers[0]?.seen(logins.length)) ?? [];
+    const fed = (await followers[1]?.seen(logins.length)) ?? [];
+    // Opened for both readers, and the same.
+    expect(projected.map((d) => d.ip)).toEqual(logins.map(() => '203.0.113.9'));
+    expect(fed).toEqual(projected);
+    // The writer's own checksums (the record, its position, the batch flag, the segment's
+    // running CRC) and one to decode it for every reader, per login (before: each subscription
+    // checked every record from its segment's last sample on, hundreds per login here).
+    expect(mockCounts.checksums / logins.length).toBeLessThanOrEqual(6);
+    // No decryption: the private store that sealed a login knows what its box opens to (before:
+    // one for each subscription).
+    expect(mockCounts.deciphers).toBe(0);
+    // Exactly what opening the box read back from the log answers (another process: nothing known), field order too.
+    const elsewhere = createPrivateEventStore(raw, { keyring: createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey, () => clock) });
+    for (const [i, stream] of streams.entries()) {
+      for await (const event of elsewhere.readStream(stream)) expect(JSON.stringify(event.data)).toBe(JSON.stringify(projected[i]));
+    }
+    await Promise.all(subscriptions.map((s) => s.close()));
+  });
+
+  test('a user stream read at each login is read from the file and opened once; a destroyed key opens none of it again', async () => {
+    const userId = randomUUID();
+    await store.append(userStream(userId), [synced(userId)], 'no_stream');
+    // After a restart: nothing of it in memory.
+    await raw.close();
+    raw = await openEmbeddedEventStore(dir);
+    store = createPrivateEventStore(raw, { keyring });
+    const read = async (): Promise<{ email: string; firstName: string }> => (await userData(userId))[0] ?? { email: '', firstName: '' };
+    const first = await read();
+    expect(first.email).toBe(`${userId}@example.org`);
+    mockCounts.deciphers = 0;
+    mockCounts.checksums = 0;
+    for (let i = 0; i < 4; i++) expect(await read()).toEqual(first);
+    // Neither read, checked and decoded again, nor decrypted (before: one of each per read).
+    expect(mockCounts.checksums).toBe(0);
+    expect(mockCounts.deciphers).toBe(0);
+
+    await keyring.destroy([`user:${userId}`], userId);
+    const erased = await read();
+    expect(erased.email).toBe(ERASED);
+    expect(erased.firstName).toBe(ERASED);
   });
 });

@@ -12,6 +12,15 @@ import { segmentIndexAt, type Segment } from './segment';
 import { toRecordedEvent } from './recorded-event';
 
 const STREAM_READ_BATCH = 32;
+/** Records read from segment files that are kept decoded (the last ones read). */
+const READ_RECORDS_KEPT = 2048;
+
+/** A record read from a segment file, kept for the next read of its position. */
+interface KeptRecord {
+  /** The segment it was read from: a compaction replaces a segment by another object, so its records are never served from here again. */
+  readonly segment: Segment;
+  readonly record: RawRecord;
+}
 
 export interface ReadSource {
   readonly index: LogIndex;
@@ -22,7 +31,27 @@ export interface ReadSource {
 }
 
 export class LogReader {
+  /**
+   * The last records read from segment files, by position: a stream read at each command (a
+   * user's stream at each of their logins) would read, check and decode the same records again.
+   * A record's bytes never change while its segment is in use; a compaction (reclaimed
+   * heartbeats, an erased person's plaintext rewritten) puts another segment in its place.
+   */
+  private readonly kept = new Map<number, KeptRecord>();
+  /** The event of each record handed out, decoded once for every reader (records are shared: recent-commits.ts and `kept`). */
+  private readonly events = new WeakMap<RawRecord, RecordedEvent>();
+
   constructor(private readonly source: ReadSource) {}
+
+  /** The event a record holds, decoded once however many readers it is handed to (they only read it). */
+  eventOf(record: RawRecord): RecordedEvent {
+    let event = this.events.get(record);
+    if (event === undefined) {
+      event = toRecordedEvent(record);
+      this.events.set(record, event);
+    }
+    return event;
+  }
 
   /** The segment that holds `position` (the one with the greatest base at or below it). */
   segmentOf(position: number): Segment | undefined {
@@ -35,6 +64,12 @@ export class LogReader {
     return (offset, length) => this.source.recent.read(segment.base + offset, length, segment.base + segment.size) ?? segment.read(offset, length);
   }
 
+  /** The record at `fileOffset` of a segment never compacted, from the last commits (decoded once for every reader), or undefined. */
+  recentRecord(segment: Segment, fileOffset: number): RawRecord | undefined {
+    if (segment.isCompacted) return undefined;
+    return this.source.recent.record(segment.base, segment.base + fileOffset, segment.base + segment.size);
+  }
+
   /**
    * The durable record at `position`, or null when compaction reclaimed it. A read that
    * meets a segment just replaced by its compacted copy is done again in the copy.
@@ -45,15 +80,23 @@ export class LogReader {
       const segment = this.segmentOf(position);
       const offset = segment?.fileOffsetOf(position) ?? null;
       if (segment === undefined || offset === null) return null;
+      const kept = this.kept.get(position);
+      if (kept !== undefined && kept.segment === segment && !segment.retired) return kept.record;
       let record: RawRecord;
+      let fromFile = false;
       try {
-        record = await readRecordAt(this.readerOf(segment), segment.base, offset, segment.size, segment.file);
+        const recent = this.recentRecord(segment, offset);
+        fromFile = recent === undefined;
+        record = recent ?? (await readRecordAt(this.readerOf(segment), segment.base, offset, segment.size, segment.file));
       } catch (error) {
         if (!segment.retired) throw error;
         continue;
       }
       // The record found must be the one asked for: never hand out another one.
-      if (record.position === position) return record;
+      if (record.position === position) {
+        if (fromFile && !segment.retired) this.keep(position, segment, record);
+        return record;
+      }
       if (!segment.retired) throw new CorruptEventLogError(segment.file, offset, `the record there has position ${record.position}, not ${position}`);
     }
   }
@@ -84,11 +127,18 @@ export class LogReader {
       for (const record of await Promise.all(reads)) {
         if (record === null) continue;
         if (backwards && cutoff !== null && record.writtenAt < cutoff) return;
-        yield toRecordedEvent(record);
+        yield this.eventOf(record);
       }
       revision += batchSize * step;
       remaining -= batchSize;
     }
+  }
+
+  private keep(position: number, segment: Segment, record: RawRecord): void {
+    // Its own bytes: the read's buffer (a few KiB around it) is not held on to.
+    this.kept.delete(position);
+    this.kept.set(position, { segment, record: { ...record, body: Buffer.from(record.body) } });
+    if (this.kept.size > READ_RECORDS_KEPT) this.kept.delete(this.kept.keys().next().value as number);
   }
 
   private async readRevision(stream: StreamIndex, revision: number): Promise<RawRecord | null> {

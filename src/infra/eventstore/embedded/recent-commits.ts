@@ -5,7 +5,15 @@
  * through the thread pool. That turn is what a write's read-your-writes wait would
  * otherwise cost. Only bytes of segments that were never compacted are served (where a
  * record's bytes sit at its position); compaction forgets what it rewrites.
+ *
+ * A record of these commits is decoded (checksum and header) once, by the first reader that
+ * asks for it, and that decoded record is handed to every later reader: each subscription
+ * (the projector, the revocation feed, the live feed, presence expiry, ...) would otherwise
+ * check and decode every committed record again. A decoded record is a view of bytes that
+ * never change, so sharing it is safe.
  */
+import { decodeRecord, type RawRecord } from './record-format';
+
 const RECENT_COMMITS_BYTES = 4 * 1024 * 1024;
 
 interface Commit {
@@ -16,6 +24,9 @@ interface Commit {
 export class RecentCommits {
   private commits: Commit[] = [];
   private bytes = 0;
+  /** Records of these commits decoded so far, by the global position where their bytes start (in that order). */
+  private decoded = new Map<number, RawRecord>();
+  private newestDecoded = -1;
 
   remember(start: number, bytes: Buffer): void {
     this.commits.push({ start, bytes });
@@ -23,17 +34,58 @@ export class RecentCommits {
     while (this.bytes > RECENT_COMMITS_BYTES && this.commits.length > 1) {
       this.bytes -= (this.commits.shift() as Commit).bytes.length;
     }
+    const oldest = (this.commits[0] as Commit).start;
+    for (const at of this.decoded.keys()) {
+      if (at >= oldest) break;
+      this.decoded.delete(at);
+    }
   }
 
   forget(): void {
     this.commits = [];
     this.bytes = 0;
+    this.decoded.clear();
+    this.newestDecoded = -1;
   }
 
   /** Forgets commits that start in [from, to). */
   forgetRange(from: number, to: number): void {
+    const forgotten = this.commits.filter((commit) => commit.start >= from && commit.start < to);
     this.commits = this.commits.filter((commit) => commit.start < from || commit.start >= to);
     this.bytes = this.commits.reduce((sum, commit) => sum + commit.bytes.length, 0);
+    for (const commit of forgotten) {
+      for (const at of [...this.decoded.keys()]) if (at >= commit.start && at < commit.start + commit.bytes.length) this.decoded.delete(at);
+    }
+  }
+
+  /**
+   * The record whose bytes start at global position `start` (file offset `start - segmentBase`
+   * of a segment never compacted), decoded once and shared; undefined when its bytes are not
+   * all here or do not decode (the caller then reads as before and reports what it finds).
+   */
+  record(segmentBase: number, start: number, durableEnd: number): RawRecord | undefined {
+    const known = this.decoded.get(start);
+    if (known !== undefined) return start + known.size <= durableEnd ? known : undefined;
+    const commit = this.commitHolding(start);
+    if (commit === undefined) return undefined;
+    const result = decodeRecord(commit.bytes, start - commit.start, start - segmentBase, segmentBase);
+    if (result.kind !== 'ok' || start + result.record.size > durableEnd) return undefined;
+    // Kept in position order (what `remember` prunes by): a record older than the newest kept is not kept.
+    if (start > this.newestDecoded) {
+      this.decoded.set(start, result.record);
+      this.newestDecoded = start;
+    }
+    return result.record;
+  }
+
+  /** The commit whose bytes hold position `start`. */
+  private commitHolding(start: number): Commit | undefined {
+    const commits = this.commits;
+    for (let i = commits.length - 1; i >= 0; i--) {
+      const commit = commits[i] as Commit;
+      if (commit.start <= start) return start < commit.start + commit.bytes.length ? commit : undefined;
+    }
+    return undefined;
   }
 
   /** `length` bytes at global position `start`, or null when they are not all here. */

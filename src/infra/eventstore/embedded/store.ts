@@ -24,7 +24,7 @@ import type { LogIndex } from './log-index';
 import { crc32 } from './crc32';
 import { decodeEvent, encodeRecord, encodeSegmentHeader, FLAG_END_OF_APPEND, markFirstOfBatch, SEGMENT_HEADER_SIZE, setRecordPosition } from './record-format';
 import { LogReader } from './reads';
-import { positionAt, toRecordedEvent } from './recorded-event';
+import { positionAt } from './recorded-event';
 import { createSegmentFile } from './recovery';
 import { RecentCommits } from './recent-commits';
 import { Segment, type HandlePool } from './segment';
@@ -239,11 +239,12 @@ export class EmbeddedStoreCore implements EventStore {
     const source: TailSource = {
       segments: () => this.segments,
       readerOf: (segment) => this.reader.readerOf(segment),
+      recentRecord: (segment, fileOffset) => this.reader.recentRecord(segment, fileOffset),
       // A failed write stops appends, not reads: subscriptions go on serving what is durable.
       checkHealthy: () => undefined,
       isClosing: () => this.closing,
       waitForChange: () => this.waitForChange(),
-      toRecordedEvent,
+      toRecordedEvent: (record) => this.reader.eventOf(record),
     };
     return new LogSubscription((isClosed) => tail(source, options, isClosed), () => this.wakeWaiters());
   }

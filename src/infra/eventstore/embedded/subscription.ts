@@ -17,6 +17,12 @@ const REPLAY_CHUNK_SIZE = 1024 * 1024;
 export interface TailSource {
   segments(): readonly Segment[];
   readerOf(segment: Segment): ReadAt;
+  /**
+   * The record at a file offset of a segment when it was just committed and is decoded
+   * already (or now, once for every subscription), without a read or an await; undefined
+   * otherwise, and the record is read through `readerOf`.
+   */
+  recentRecord(segment: Segment, fileOffset: number): RawRecord | undefined;
   /** Throws the store's write failure, if any. */
   checkHealthy(): void;
   isClosing(): boolean;
@@ -59,7 +65,26 @@ export async function* tail(source: TailSource, options: SubscribeOptions, isClo
       }
       continue;
     }
-    for await (const step of segmentRecords(source, segment, after, isClosed)) {
+    // What was just committed is taken decoded from memory, in this loop: no read, and no
+    // generator in between (each would cost every item turns of the microtask queue).
+    // The record after the last one handed out starts where that one ends, when it is known
+    // here; else the scan starts at the segment's last sample at or before it (up to 255
+    // records back, each decoded only to be passed over).
+    const last = after >= segment.base ? source.recentRecord(segment, after - segment.base) : undefined;
+    let next = last !== undefined && last.position === after ? last.fileOffset + last.size : segment.scanStart(after);
+    let recent = source.recentRecord(segment, next);
+    while (recent !== undefined && recent.fileOffset + recent.size <= segment.size && !segment.retired) {
+      if (isClosed() || source.isClosing()) return;
+      next = recent.fileOffset + recent.size;
+      if (recent.position > after) {
+        after = recent.position;
+        if (wanted(recent.streamName)) yield { kind: 'event', event: source.toRecordedEvent(recent) };
+      }
+      recent = source.recentRecord(segment, next);
+    }
+    // Read through to the end already: nothing to scan for (the next commit wakes this loop).
+    if (next >= segment.size && !segment.retired) continue;
+    for await (const step of segmentRecords(source, segment, after, next, isClosed)) {
       if (step.kind !== 'event') break;
       after = step.record.position;
       if (wanted(step.record.streamName)) yield { kind: 'event', event: source.toRecordedEvent(step.record) };
@@ -67,11 +92,11 @@ export async function* tail(source: TailSource, options: SubscribeOptions, isClo
   }
 }
 
-/** Records above `after` in one segment, up to its durable end when the scan started. */
-async function* segmentRecords(source: TailSource, segment: Segment, after: number, isClosed: () => boolean): AsyncGenerator<Step> {
+/** Records above `after` in one segment, from the record at file offset `from` (at or before the first of them) up to its durable end when the scan started. */
+async function* segmentRecords(source: TailSource, segment: Segment, after: number, from: number, isClosed: () => boolean): AsyncGenerator<Step> {
   const limit = segment.size;
   const cursor = new RecordCursor(source.readerOf(segment), segment.base, limit, REPLAY_CHUNK_SIZE);
-  let next = segment.scanStart(after);
+  let next = from;
   while (next < limit) {
     if (isClosed() || source.isClosing()) return;
     if (segment.retired) {

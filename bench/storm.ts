@@ -5,8 +5,10 @@
  * in BENCH_WORKERS child processes (2). Then:
  *
  *   1. memory per idle hub socket: the service's RSS and V8 heap used before the hubs and
- *      after they are all connected and idle, divided by the hubs; BENCH_HEAP_SNAPSHOT=1 also
- *      takes a heap snapshot of the service (SIGUSR2) and lists what the heap is made of;
+ *      after they are all connected and idle, divided by the hubs; BENCH_GC=1 also reads them
+ *      after full GCs (the service runs with `--expose-gc` and bench/gc-probe.mjs, SIGWINCH);
+ *      BENCH_HEAP_SNAPSHOT=1 also takes a heap snapshot of the service (SIGUSR2) and lists what
+ *      the heap is made of (BENCH_KEEP_SNAPSHOTS=<dir> keeps the two snapshots there);
  *   2. kill -9, restart at once: time from the kill until `/health` answers and until an
  *      app's `GET /devices` answers, and until every hub is connected again and has had a
  *      heartbeat accepted; hubs that gave up; the app's `GET /devices` (one request at a time,
@@ -22,12 +24,13 @@
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { createServer, connect as netConnect, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { tmpdir, loadavg } from 'node:os';
+import { availableParallelism, tmpdir, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
 import { createTokens } from '../src/auth/tokens';
 import { newCommandContext, toNewEvents } from '../src/commands/handler';
 import { deviceDecider, type DeviceState } from '../src/domain/device';
@@ -50,6 +53,18 @@ const DEVICES_PER_OWNER = 50;
 const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** `memory`: stop after the idle hubs are measured (the service gets SIGTERM: a CPU profile is written). */
 const ONLY_MEMORY = process.env.BENCH_PHASES === 'memory';
+/** `1`: the service runs with `--expose-gc` and bench/gc-probe.mjs; memory is read after full GCs (SIGWINCH). */
+const GC_PROBE = process.env.BENCH_GC === '1';
+/**
+ * `1`: the service on the first CPU and the fleet's workers on the others (`taskset`), so that
+ * the service's figures are not its own clients' starving it (on this 2-core machine: one core each).
+ */
+const PIN = process.env.BENCH_PIN === '1';
+/** The compiled service to run (default `dist`): e.g. a copy built from another commit, to compare the two on the same machine. */
+const DIST = resolve(ROOT, process.env.BENCH_DIST ?? 'dist');
+const CPUS = availableParallelism();
+const SERVICE_CPUS = '0';
+const FLEET_CPUS = CPUS > 1 ? `1-${CPUS - 1}` : '0';
 
 const SECRETS = {
   JWT_ACCESS_SECRET: 'bench-access-secret-0123456789abcdef0123456789',
@@ -106,7 +121,11 @@ async function freePort(): Promise<number> {
 }
 
 function startService(env: Record<string, string>, port: number, cwd: string): Service {
-  const child = spawn(process.execPath, ['--heapsnapshot-signal=SIGUSR2', ...SERVICE_ARGS, join(ROOT, 'dist', 'main.js')], {
+  const probe = GC_PROBE ? ['--expose-gc', '--import', pathToFileURL(join(__dirname, 'gc-probe.mjs')).href] : [];
+  const node = [process.execPath, '--heapsnapshot-signal=SIGUSR2', ...probe, ...SERVICE_ARGS, join(DIST, 'main.js')];
+  // taskset execs node: the child's pid is the service's.
+  const [command = process.execPath, ...args] = PIN ? ['taskset', '-c', SERVICE_CPUS, ...node] : node;
+  const child = spawn(command, args, {
     cwd,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: GENEROUS, MAX_DEVICES_PER_USER: '1000', ...SECRETS, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -158,6 +177,23 @@ function cpuSeconds(pid: number): number {
 async function heapUsedBytes(baseUrl: string): Promise<number> {
   const text = await (await fetch(`${baseUrl}/metrics`)).text();
   return Number(/^nodejs_heap_size_used_bytes(?:\{[^}]*\})? (\S+)/m.exec(text)?.[1] ?? NaN);
+}
+
+/** RSS and V8 heap used after full GCs in the service (bench/gc-probe.mjs); null without BENCH_GC=1. */
+async function afterFullGc(service: Service, cwd: string): Promise<{ rss: number; heap: number; external: number } | null> {
+  if (!GC_PROBE) return null;
+  const file = join(cwd, 'memory-after-gc.json');
+  rmSync(file, { force: true });
+  service.child.kill('SIGWINCH');
+  const read = await until('memory after a full GC', () => {
+    try {
+      return JSON.parse(readFileSync(file, 'utf8')) as { heapUsed: number; external: number };
+    } catch {
+      return undefined;
+    }
+  }, 100);
+  // The RSS of the process itself (the probe's own figure is the same, read a moment earlier).
+  return { rss: rssBytes(service.child.pid ?? 0), heap: read.heapUsed, external: read.external };
 }
 
 async function takeSnapshot(service: Service, cwd: string): Promise<string> {
@@ -232,6 +268,8 @@ function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
   let stopping: Promise<void> | undefined;
   const workers = Array.from({ length: WORKERS }, (_, w) => {
     const worker = fork(join(__dirname, 'storm-fleet.ts'), [], { execArgv: ['--import', 'tsx', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    // Every thread of the worker (V8's and libuv's too), and those it starts later.
+    if (PIN && worker.pid !== undefined) spawn('taskset', ['-a', '-p', '-c', FLEET_CPUS, String(worker.pid)], { stdio: 'ignore' });
     worker.on('message', (message: WorkerReport) => reports.set(worker, message));
     worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w) } satisfies WorkerMessage);
     return worker;
@@ -315,6 +353,7 @@ async function embedded(): Promise<void> {
     await until('first start', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? true : undefined));
     await sleep(3000);
     const before = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
+    const gcBefore = await afterFullGc(service, cwd);
     const snapshotBefore = HEAP_SNAPSHOT ? await takeSnapshot(service, cwd) : null;
     const heapBefore = snapshotBefore !== null ? heapComposition(snapshotBefore) : null;
 
@@ -334,6 +373,18 @@ async function embedded(): Promise<void> {
       rssAfterMiB: Math.round(after.rss / 2 ** 20),
     };
     console.log(`memory per idle hub: RSS ${memory.rssPerHubBytes} B, heap ${memory.heapPerHubBytes} B (RSS ${memory.rssBeforeMiB} → ${memory.rssAfterMiB} MiB)`);
+    const gcAfter = await afterFullGc(service, cwd);
+    const afterGc =
+      gcBefore !== null && gcAfter !== null
+        ? {
+            heapPerHubBytes: Math.round((gcAfter.heap - gcBefore.heap) / HUBS),
+            rssPerHubBytes: Math.round((gcAfter.rss - gcBefore.rss) / HUBS),
+            externalPerHubBytes: Math.round((gcAfter.external - gcBefore.external) / HUBS),
+            heapBeforeMiB: Number((gcBefore.heap / 2 ** 20).toFixed(1)),
+            heapAfterMiB: Number((gcAfter.heap / 2 ** 20).toFixed(1)),
+          }
+        : null;
+    if (afterGc !== null) console.log(`after full GCs, per idle hub: heap ${afterGc.heapPerHubBytes} B, RSS ${afterGc.rssPerHubBytes} B, external ${afterGc.externalPerHubBytes} B (heap ${afterGc.heapBeforeMiB} → ${afterGc.heapAfterMiB} MiB)`);
     let heapSnapshotPerHub: number | null = null;
     if (heapBefore !== null) {
       const snapshotAfter = await takeSnapshot(service, cwd);
@@ -345,11 +396,16 @@ async function embedded(): Promise<void> {
         console.log('what grew, per hub, by the collection that holds it (bench/heap-owners.ts):');
         for (const row of ownerGrowth(heapOwners(snapshotBefore), heapOwners(snapshotAfter), HUBS).slice(0, 25)) console.log(`  ${row.owner.padEnd(60)} ${row.perHub} B/hub`);
       }
-      for (const f of readdirSync(cwd).filter((f) => f.endsWith('.heapsnapshot'))) rmSync(join(cwd, f), { force: true });
+      // BENCH_KEEP_SNAPSHOTS=<dir>: the two snapshots are moved there for a closer look (retainers, in DevTools).
+      const keep = process.env.BENCH_KEEP_SNAPSHOTS;
+      for (const f of readdirSync(cwd).filter((f) => f.endsWith('.heapsnapshot'))) {
+        if (keep !== undefined) renameSync(join(cwd, f), join(keep, f));
+        else rmSync(join(cwd, f), { force: true });
+      }
     }
 
     if (ONLY_MEMORY) {
-      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub }, connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)), refusals: fleet.refused(), reconnections: fleet.causes(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
+      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub, afterGc }, connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)), refusals: fleet.refused(), reconnections: fleet.causes(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
       await fleet.stop();
       service.child.kill('SIGTERM');
       await service.exited;
@@ -364,8 +420,11 @@ async function embedded(): Promise<void> {
     await service.exited;
     service = startService(env, port, cwd);
     const health = await until('health after the kill', async () => ((await answers(`${baseUrl}/api/v1/health`)) ? Date.now() - killedAt : undefined), 20);
+    // The restarted service's CPU from its first answer until every hub is back: the reconnections' cost, without the crash start.
+    const cpuServing = cpuSeconds(service.child.pid ?? 0);
     const devices = await until('GET /devices after the kill', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? Date.now() - killedAt : undefined), 20);
     const allBack = await until('every hub back', () => (fleet.total('back') >= HUBS ? Date.now() - killedAt : undefined), 100);
+    const reconnectCpuMsPerHub = ((cpuSeconds(service.child.pid ?? 0) - cpuServing) * 1000) / HUBS;
     const samples = await app.stop();
     const beats = { acceptedSinceKill: fleet.total('beatsOk'), failedSinceKill: fleet.total('beatsFailed') };
     const firstOk = samples.find((s) => s.status === 200)?.at ?? Infinity;
@@ -379,6 +438,8 @@ async function embedded(): Promise<void> {
       healthAfterKillMs: health,
       devicesAfterKillMs: devices,
       allHubsBackAfterKillMs: allBack,
+      reconnectCpuMsPerHub: Number(reconnectCpuMsPerHub.toFixed(2)),
+      reconnections: fleet.causes(),
       gaveUp: fleet.stopped(),
       refusals: fleet.refused(),
       heartbeats: beats,

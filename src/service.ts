@@ -31,6 +31,15 @@ import { startEmbeddedSnapshots, type SnapshotWriter } from './runtime/snapshot-
  * `stop()` is the shutdown sequence (runtime/shutdown.ts), in the reverse order.
  */
 
+
+/**
+ * Connections the kernel holds for the process to accept (capped by net.core.somaxconn).
+ * Node's default, 511, overflows when thousands of hubs reconnect at once while the event
+ * loop is busy: the kernel then drops their TCP handshakes and each client waits for its own
+ * retransmissions (seconds apart, doubling), some past the client's connect timeout.
+ */
+export const LISTEN_BACKLOG = 8192;
+
 export interface RunningService {
   /** The HTTP port: the API, or only health, readiness and metrics in a process without the api role. */
   readonly port: number;
@@ -81,7 +90,7 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   const traffic = trackTraffic(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(config.port, config.host, () => resolve());
+    server.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG }, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;
   // 5. Embedded: start snapshots, the first one now if the start replayed anything.

@@ -147,3 +147,19 @@ export function bearerToken(header: string | undefined): string {
   if (match === null || match[1] === undefined) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
   return match[1];
 }
+
+/**
+ * The `type` claim of a JWT, read WITHOUT verifying anything: only to pick which verification
+ * to run (or to order work), never to trust. Undefined when the token does not parse.
+ */
+export function unverifiedTokenType(token: string): unknown {
+  if (token.length > 8192) return undefined;
+  const payload = token.split('.')[1];
+  if (payload === undefined) return undefined;
+  try {
+    const claims: unknown = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'));
+    return typeof claims === 'object' && claims !== null ? (claims as { type?: unknown }).type : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -46,9 +46,11 @@ export interface DeviceAccessOptions {
    * The heartbeat path's folds of the same streams (src/commands/devices.ts). A read starts
    * from the newer of the two, and a fold the live subscription brings to a revision the
    * shared cache already holds takes that one: a hub's device costs one fold, not two, and
-   * its handshake after its first heartbeat reads nothing but what is new.
+   * its handshake after its first heartbeat reads nothing but what is new. What `fresh`
+   * reads goes into it too: a hub whose handshake comes first (after a restart, the tunnel
+   * is back before the missed heartbeat) costs one cold read of its stream, not two.
    */
-  readonly shared?: Pick<StateCache<DeviceState>, 'get'> | undefined;
+  readonly shared?: Pick<StateCache<DeviceState>, 'get' | 'set'> | undefined;
 }
 
 const newer = (a: FoldedStream<DeviceState> | undefined, b: FoldedStream<DeviceState> | undefined): FoldedStream<DeviceState> | undefined =>
@@ -81,11 +83,16 @@ export function createDeviceAccess(eventStore: EventStore, options: DeviceAccess
           // The live subscription may have moved the entry on while this read was running.
           if (current !== undefined && current.folded.revision >= flight.seen && current.folded.revision > read.revision) {
             current.verifiedAt = options.now();
+            shared?.set(deviceStream(uuid), current.folded);
             return current.folded;
           }
           // An event the subscription handed over during the read, newer than what the read saw: read again.
           if (read.revision < flight.seen) continue;
-          if (read.revision >= 0n) touch(uuid, { folded: read, verifiedAt: options.now() });
+          if (read.revision >= 0n) {
+            touch(uuid, { folded: read, verifiedAt: options.now() });
+            // Only a fold no newer event was seen for (the loop above): the heartbeat path trusts it as current.
+            shared?.set(deviceStream(uuid), read);
+          }
           return read;
         }
       } finally {

@@ -1,5 +1,5 @@
 import type { Tokens } from '../auth/tokens';
-import { TOKEN_MESSAGES } from '../auth/tokens';
+import { TOKEN_MESSAGES, unverifiedTokenType } from '../auth/tokens';
 import type { Clock } from '../commands/handler';
 import { UnauthorizedError } from '../domain/errors';
 import type { AppSockets } from './apps';
@@ -65,12 +65,16 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
 
   const authenticate = async (token: unknown): Promise<Authenticated> => {
     if (typeof token !== 'string' || token.length === 0 || token.length > 8192) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
-    try {
-      const claims = tokens.verifyAccess(token);
-      return { kind: 'app', userId: claims.sub, exp: claims.exp, iat: claims.iat, ...(claims.fam !== undefined ? { fam: claims.fam } : {}) };
-    } catch (error) {
-      // A valid access token of a deactivated account is refused as such; anything else may be a device token.
-      if (error instanceof UnauthorizedError && error.message === TOKEN_MESSAGES.revoked) throw error;
+    // A token whose claims do not even say `access` can only fail as one (its signature or its
+    // `type` check): not tried as one, since every failed verification builds an error.
+    if (unverifiedTokenType(token) === 'access') {
+      try {
+        const claims = tokens.verifyAccess(token);
+        return { kind: 'app', userId: claims.sub, exp: claims.exp, iat: claims.iat, ...(claims.fam !== undefined ? { fam: claims.fam } : {}) };
+      } catch (error) {
+        // A valid access token of a deactivated account is refused as such; anything else may be a device token.
+        if (error instanceof UnauthorizedError && error.message === TOKEN_MESSAGES.revoked) throw error;
+      }
     }
     const claims = tokens.verifyDevice(token);
     const folded = await access.fresh(claims.deviceUuid);
@@ -193,6 +197,7 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
       socket.on('tunnel:message', onAppMessage);
       return;
     }
+    devices.accepted(session);
     socket.on('tunnel:subscribe', onDeviceSubscribe);
     socket.on('tunnel:unsubscribe', onDeviceUnsubscribe);
     socket.on('tunnel:message', onDeviceMessage);

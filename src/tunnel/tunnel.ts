@@ -11,7 +11,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import type { RelayDirection } from '../metrics';
 import { createDeviceAccess } from './access';
-import { admitHandshakes, createAdmission, type AdmissionOptions } from './admission';
+import { admitHandshakes, createAdmission, startLoopDelayMonitor, type AdmissionOptions } from './admission';
 import { createAppSockets } from './apps';
 import { createLocalCluster, type TunnelCluster } from './cluster';
 import type { RedisAdapterKind } from './redis-cluster';
@@ -24,6 +24,7 @@ import { unlimited, type TunnelLimiter } from './limiter';
 import { peerAddress, unlimitedHandshakes, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 import { startExpirySweep } from './expiry';
 import { startLiveFeed } from './live-feed';
+import { dropUpgradeListener, TunnelWebSocketServer } from './websocket';
 
 /**
  * The tunnel (decisions §5): Socket.IO namespace `/tunnel` on the API's HTTP server. This
@@ -74,7 +75,7 @@ export interface TunnelDeps {
   /** Deactivated accounts: their app sockets are told ACCESS_REVOKED and closed. */
   readonly accessRevocations?: Pick<AccessRevocations, 'onRevoked' | 'isRevoked'>;
   /** The heartbeat path's device folds: the tunnel starts from them and keeps the same ones (src/tunnel/access.ts). */
-  readonly deviceStates?: Pick<StateCache<DeviceState>, 'get'>;
+  readonly deviceStates?: Pick<StateCache<DeviceState>, 'get' | 'set'>;
   /** Told of a device stream whose token generation changed or that was deleted, on any process. */
   readonly onDeviceRevoked?: (streamName: string) => void;
 }
@@ -118,6 +119,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     // messages are small JSON.
     perMessageDeflate: false,
     httpCompression: false,
+    // `ws` letting each frame's mask (a view into the chunk it was read in) go once it is used.
+    wsEngine: TunnelWebSocketServer,
     allowRequest: (_req, callback) => callback(closing ? 'shutting down' : null, !closing),
     ...(cluster.adapter !== undefined ? { adapter: cluster.adapter } : {}),
     ...(origin !== undefined ? { cors: { origin, credentials: true } } : {}),
@@ -129,6 +132,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     if (!(res instanceof ServerResponse) && typeof res === 'object' && res !== null) (res as { req: unknown }).req = null;
     next();
   });
+  io.engine.on('connection', dropUpgradeListener);
   // Nothing lives in the main namespace.
   io.of('/').use((_socket, next) => next(handshakeError(UNAUTHORIZED, 'Connect to the /tunnel namespace')));
   const nsp: TunnelNamespace = io.of(TUNNEL_NAMESPACE);
@@ -157,7 +161,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   cluster.attach(nsp, (notice) => devices.onNotice(notice));
   await cluster.roomsReady();
   // Before any token check: device handshakes at the pace this process can serve.
-  const admitted = deps.admission !== undefined ? admitHandshakes(nsp, createAdmission(deps.admission)) : null;
+  const loopDelay = deps.admission !== undefined ? startLoopDelayMonitor() : null;
+  const admitted = deps.admission !== undefined ? admitHandshakes(nsp, createAdmission({ loopDelay: loopDelay?.current, ...deps.admission })) : null;
   const expiry = startExpirySweep(ctx, clock);
   acceptConnections(ctx, {
     tokens: deps.tokens,
@@ -209,6 +214,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       closing = true;
       stopSweep();
       expiry.stop();
+      loopDelay?.stop();
       clearInterval(refresh);
       await feed.stop();
       // Closing the transports, not a Socket.IO disconnect: clients then reconnect (to another process).

@@ -6,7 +6,7 @@ import { createStateCache, handleCommand, loadAggregate, newCommandContext, syst
 import { deviceDecider, type DeviceCommand, type DeviceState } from '../../src/domain/device';
 import { deviceStream } from '../../src/domain/events';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
-import type { EventStore, RecordedEvent } from '../../src/infra/eventstore/port';
+import type { EventStore, ReadStreamOptions, RecordedEvent } from '../../src/infra/eventstore/port';
 import { createDeviceAccess } from '../../src/tunnel/access';
 
 /**
@@ -30,6 +30,15 @@ async function run(uuid: string, actor: string, cmd: DeviceCommand): Promise<voi
   await handleCommand(store, deviceDecider, deviceStream(uuid), cmd, newCommandContext({ type: 'user', id: actor }, randomUUID()), systemClock);
 }
 
+/** A device registered by a new owner. */
+async function registered(): Promise<{ uuid: string; owner: string; now: string }> {
+  const uuid = randomUUID();
+  const owner = randomUUID();
+  const now = new Date().toISOString();
+  await run(uuid, owner, { type: 'RegisterDevice', data: { id: randomUUID(), uuid, deviceId: 'HUB-1', name: 'Hub', actorUserId: owner, linkId: randomUUID(), ownedDeviceCount: 0, maxDevicesPerUser: 10, now } });
+  return { uuid, owner, now };
+}
+
 async function lastEvent(uuid: string): Promise<RecordedEvent> {
   let last: RecordedEvent | undefined;
   for await (const event of store.readStream(deviceStream(uuid))) last = event;
@@ -38,10 +47,7 @@ async function lastEvent(uuid: string): Promise<RecordedEvent> {
 }
 
 test('a fold of the shared cache is taken as it is, and an event it already covers keeps it', async () => {
-  const uuid = randomUUID();
-  const owner = randomUUID();
-  const now = new Date().toISOString();
-  await run(uuid, owner, { type: 'RegisterDevice', data: { id: randomUUID(), uuid, deviceId: 'HUB-1', name: 'Hub', actorUserId: owner, linkId: randomUUID(), ownedDeviceCount: 0, maxDevicesPerUser: 10, now } });
+  const { uuid, owner, now } = await registered();
   const shared = createStateCache<DeviceState>(10);
   const fold = async () => loadAggregate(store, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid));
   shared.set(deviceStream(uuid), await fold());
@@ -68,4 +74,39 @@ test('a fold of the shared cache is taken as it is, and an event it already cove
   expect(own?.state).toMatchObject({ status: 'active', gen: 2 });
   // And a fresh read starts from the newer of the two.
   expect((await access.fresh(uuid)).revision).toBe(own?.revision);
+});
+
+test('a fold the tunnel read is handed to the heartbeat path; one read behind the live feed is not', async () => {
+  const { uuid, owner, now } = await registered();
+  const shared = createStateCache<DeviceState>(10);
+  const access = createDeviceAccess(store, { maxEntries: 10, now: () => Date.now(), shared });
+
+  // The handshake comes first (after a restart): its read is the heartbeat path's fold too.
+  const first = await access.fresh(uuid);
+  expect(shared.get(deviceStream(uuid))).toBe(first);
+
+  // A new token is appended while a read is under way, and the feed hands it over before the
+  // read is done: that read (which began before the append, so it ends before the new event) is
+  // done again, and neither the tunnel nor the heartbeat path is left with the older fold.
+  await run(uuid, owner, { type: 'IssueDeviceToken', data: { uuid, actorUserId: owner, now } });
+  const issued = await lastEvent(uuid);
+  let reads = 0;
+  const behind: EventStore = Object.assign(Object.create(store) as EventStore, {
+    readStream: (name: string, options?: ReadStreamOptions) => {
+      reads++;
+      if (reads > 1) return store.readStream(name, options);
+      // The first read: what the stream held before the append.
+      return (async function* () {
+        for await (const event of store.readStream(name, options)) if (event.revision < issued.revision) yield event;
+        access2.apply(issued);
+      })();
+    },
+  });
+  const cold = createStateCache<DeviceState>(10);
+  const access2 = createDeviceAccess(behind, { maxEntries: 10, now: () => Date.now(), shared: cold });
+  const read = await access2.fresh(uuid);
+  expect(reads).toBe(2);
+  expect(read.revision).toBe(issued.revision);
+  expect(read.state).toMatchObject({ status: 'active', gen: 1 });
+  expect(cold.get(deviceStream(uuid))).toBe(read);
 });

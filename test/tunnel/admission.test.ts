@@ -1,5 +1,5 @@
 import { HubClient, type HubEvent } from '@home-hub-cloud/hub-client';
-import { createAdmission } from '../../src/tunnel/admission';
+import { createAdmission, startLoopDelayMonitor } from '../../src/tunnel/admission';
 import { createUser, startTestService, type TestService } from '../support/harness';
 import { connect, deviceToken, refusal, registerHub } from '../support/tunnel';
 
@@ -71,6 +71,103 @@ describe('the in-flight window', () => {
     expect(admission.decide()).toBeNull();
     const waits = Array.from({ length: 6 }, () => admission.decide());
     expect(waits).toEqual([1, 1, 2, 2, 3, 3]);
+  });
+
+  test('time with nothing in flight does not count: the first answers after a quiet spell say the rate they came at', () => {
+    let t = 0;
+    let delay = 0;
+    const admission = createAdmission({ perSecond: 0, window: false, loopDelay: () => delay, now: () => t });
+    // Ten seconds of nothing (a process just started), then 100 handshakes answered within a second.
+    t = 10_000;
+    for (let i = 0; i < 100; i++) expect(admission.decide()).toBeNull();
+    for (let i = 0; i < 100; i++) {
+      t += 10;
+      admission.settled(10_000);
+    }
+    delay = 800;
+    // 300 refused: three seconds of the process's work at 100 a second, not 60 at one.
+    const waits = Array.from({ length: 300 }, () => admission.decide());
+    expect(waits.at(-1)).toBe(3);
+  });
+
+  test('a stall does not send refused hubs further than the rate the process had just before', () => {
+    let t = 0;
+    let delay = 0;
+    const admission = createAdmission({ perSecond: 0, window: false, loopDelay: () => delay, maxLoopDelayMs: 500, now: () => t });
+    // Ten answered per second for two seconds.
+    for (let i = 0; i < 20; i++) {
+      expect(admission.decide()).toBeNull();
+      t += 100;
+      admission.settled(t - 100);
+    }
+    // A stall: one answer in the next second, and the loop runs late.
+    expect(admission.decide()).toBeNull();
+    t += 1000;
+    admission.settled(t - 1000);
+    delay = 800;
+    // Twenty refused, booked at about ten a second (the best rate of the last seconds, fading), not one.
+    const waits = Array.from({ length: 20 }, () => admission.decide());
+    expect(waits.every((w) => w !== null)).toBe(true);
+    expect(waits.at(-1)).toBe(3);
+  });
+});
+
+describe('the event loop\'s delay', () => {
+  test('while the loop runs late every device handshake is refused at once, and the window closes to what was in flight', () => {
+    let t = 0;
+    let delay = 0;
+    const admission = createAdmission({ perSecond: 0, window: { initial: 100, min: 2, targetMs: 1000 }, loopDelay: () => delay, maxLoopDelayMs: 500, now: () => t });
+    expect(Array.from({ length: 10 }, () => admission.decide())).toEqual(Array(10).fill(null));
+    // Late: refused with a retryAfter, though the window had room.
+    delay = 800;
+    const refused = admission.decide();
+    expect(refused).toEqual(expect.any(Number));
+    expect(admission.stats()).toMatchObject({ admitted: 10, refused: 1, refusedLate: 1, inFlight: 10, window: 9 });
+    // On time again: the narrower window holds (10 in flight, 9 places); answers on time widen it again.
+    delay = 100;
+    expect(admission.decide()).not.toBeNull();
+    t = 200;
+    admission.settled(0);
+    admission.settled(0);
+    expect(admission.stats()).toMatchObject({ inFlight: 8, window: 11 });
+    expect([admission.decide(), admission.decide(), admission.decide(), admission.decide()]).toEqual([null, null, null, expect.any(Number)]);
+    expect(admission.stats()).toMatchObject({ refusedLate: 1 });
+  });
+
+  test('a late answer closes the window to a tenth below what was in flight, not below what it was', () => {
+    let t = 0;
+    const admission = createAdmission({ perSecond: 0, window: { initial: 1000, min: 2, targetMs: 1000 }, now: () => t });
+    for (let i = 0; i < 20; i++) expect(admission.decide()).toBeNull();
+    t = 5000;
+    admission.settled(0);
+    // 20 were in flight when it came: 18, not 900.
+    expect(admission.stats()).toMatchObject({ inFlight: 19, window: 18 });
+    expect(admission.decide()).not.toBeNull();
+  });
+
+  test('the monitor says how late the loop is: a tick that came late, and a tick overdue now', () => {
+    jest.useFakeTimers();
+    try {
+      let t = 0;
+      const monitor = startLoopDelayMonitor(50, () => t);
+      t = 50;
+      jest.advanceTimersByTime(50);
+      expect(monitor.current()).toBe(0);
+      // The next tick fires 300 ms late.
+      t = 400;
+      jest.advanceTimersByTime(50);
+      expect(monitor.current()).toBe(300);
+      // On time from then on: what it says decays by half each tick.
+      t = 450;
+      jest.advanceTimersByTime(50);
+      expect(monitor.current()).toBe(150);
+      // Busy right now: no tick for 1 s.
+      t = 1450;
+      expect(monitor.current()).toBe(950);
+      monitor.stop();
+    } finally {
+      jest.useRealTimers();
+    }
   });
 });
 

@@ -12,9 +12,9 @@ import {
   type SubscribeAck,
   type TunnelError,
 } from '../../src/tunnel/events';
-import { createUser, type TestService, startTestService } from '../support/harness';
+import { api, createUser, type TestService, startTestService } from '../support/harness';
 import { TEST_SECRETS } from '../support/server';
-import { connect, deleteHub, deviceToken, refusal, request } from '../support/tunnel';
+import { connect, deleteHub, deviceToken, heartbeat, refusal, request } from '../support/tunnel';
 import { nowSeconds, signWith, tunnelFixture } from '../support/tunnel-fixture';
 
 /**
@@ -65,6 +65,33 @@ describe('handshake', () => {
     (await on(current)).close();
     await deleteHub(service, hub, owner);
     expect((await refusal(service, { token: current })).message).toBe('unauthorized');
+  });
+
+  test('a hub whose handshake came before its heartbeat: a newer token refuses the older one on both paths', async () => {
+    const { owner, hub, token: older } = await household();
+    // The handshake folds the device first; the heartbeat path then starts from that fold.
+    const first = await on(older);
+    await heartbeat(service, hub, older);
+    const newer = await deviceToken(service, hub, owner);
+    expect((await api(service, 'POST', `/devices/heartbeat/${hub.uuid}`, { token: older })).status).toBe(401);
+    expect(await refusal(service, { token: older })).toMatchObject({ message: 'unauthorized', data: { message: 'Token has been revoked' } });
+    first.close();
+    await heartbeat(service, hub, newer);
+    (await on(newer)).close();
+  });
+
+  test('a device token is refused with the message its own verification gives, whatever key signed it', async () => {
+    const { owner, hub } = await household();
+    const cases: Array<[string, string, string]> = [
+      ['device claims under the access key', signWith(TEST_SECRETS.JWT_ACCESS_SECRET, { sub: hub.id, deviceUuid: hub.uuid, gen: 1, type: 'device' }), 'Invalid token'],
+      ['expired device token', signWith(TEST_SECRETS.JWT_DEVICE_SECRET, { sub: hub.id, deviceUuid: hub.uuid, gen: 1, type: 'device', exp: nowSeconds() - 5 }), 'Token has expired'],
+      ['access claims under the device key', signWith(TEST_SECRETS.JWT_DEVICE_SECRET, { sub: owner.id, email: owner.email, role: 'user', type: 'access' }), 'Invalid token'],
+      ['no type at all', signWith(TEST_SECRETS.JWT_DEVICE_SECRET, { sub: hub.id, deviceUuid: hub.uuid, gen: 1 }), 'Invalid token'],
+    ];
+    for (const [name, token, detail] of cases) {
+      const error = await refusal(service, { token });
+      expect({ name, message: error.message, data: error.data }).toEqual({ name, message: 'unauthorized', data: { message: detail } });
+    }
   });
 
   test('the main namespace is closed', async () => {

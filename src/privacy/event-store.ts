@@ -11,6 +11,7 @@ import type {
   Subscription,
   SubscriptionItem,
 } from '../infra/eventstore/port';
+import { deepFreeze } from '../infra/eventstore/deep-freeze';
 import { open, seal } from './crypto';
 import { DataKeyUnreadableError, deviceSubject, subjectOfKeyId, userSubject, type DataKey, type Keyring } from './keyring';
 import { ERASED, PERSONAL_FIELDS, SEALED_FIELD, getPath, setPathInPlace, subjectOf } from './personal-fields';
@@ -173,8 +174,10 @@ interface OpenedEntry {
   readonly data: unknown;
 }
 
-/** How many opened events a private store keeps (the last ones opened). */
+/** How many opened events a private store keeps (the last ones opened)... */
 const OPENED_EVENTS_KEPT = 1024;
+/** ...and how many bytes of ciphertext they may stand for: a box larger than this is not kept. */
+const OPENED_EVENTS_BYTES = 4 * 1024 * 1024;
 
 /**
  * The events a private store opened last, by event id: one commit is read by several
@@ -182,25 +185,41 @@ const OPENED_EVENTS_KEPT = 1024;
  * logins, and each would otherwise decrypt and parse the same box again. An entry answers only
  * for the very box it was opened from (same type, key id and ciphertext) and only while that
  * key is held: a destroyed, evicted or stale key is never held, so nothing opened before an
- * erasure is handed out after it (and an erasure passing by drops its person's entries).
+ * erasure is handed out after it; a key destroyed or evicted in this process (an erasure here, or
+ * its UserErased passing by) drops its entries at once. The opened data is deep-frozen when kept:
+ * every reader is handed the same object and none can change it for the others.
  */
 class OpenedEvents {
   private readonly entries = new Map<string, OpenedEntry>();
+  /** The ciphertext lengths of the kept boxes. */
+  private bytes = 0;
 
   get(id: string, type: string, box: SealedBox): unknown {
     const entry = this.entries.get(id);
     return entry !== undefined && entry.type === type && entry.box.k === box.k && entry.box.c === box.c ? entry.data : undefined;
   }
 
-  set(id: string, entry: OpenedEntry): void {
-    this.entries.delete(id);
-    this.entries.set(id, entry);
-    if (this.entries.size > OPENED_EVENTS_KEPT) this.entries.delete(this.entries.keys().next().value as string);
+  /** Keeps `entry` (its data deep-frozen, and answered). */
+  set(id: string, entry: OpenedEntry): unknown {
+    const data = deepFreeze(entry.data);
+    this.delete(id);
+    if (entry.box.c.length > OPENED_EVENTS_BYTES) return data;
+    this.entries.set(id, { ...entry, data });
+    this.bytes += entry.box.c.length;
+    while (this.entries.size > OPENED_EVENTS_KEPT || this.bytes > OPENED_EVENTS_BYTES) this.delete(this.entries.keys().next().value as string);
+    return data;
   }
 
-  /** Drops every entry opened with a key of these subjects. */
-  forget(subjects: ReadonlySet<string>): void {
-    for (const [id, entry] of this.entries) if (subjects.has(subjectOfKeyId(entry.box.k))) this.entries.delete(id);
+  /** Drops every entry opened with a key of this subject. */
+  forget(subject: string): void {
+    for (const [id, entry] of this.entries) if (subjectOfKeyId(entry.box.k) === subject) this.delete(id);
+  }
+
+  private delete(id: string): void {
+    const entry = this.entries.get(id);
+    if (entry === undefined) return;
+    this.entries.delete(id);
+    this.bytes -= entry.box.c.length;
   }
 }
 
@@ -218,9 +237,7 @@ function openedAtOnce(keyring: Keyring, event: RecordedEvent, opened: OpenedEven
   if (key === undefined) return NOT_HELD;
   const known = opened.get(event.id, event.type, sealed.box);
   if (known !== undefined) return known;
-  const data = openWith(event.type, sealed, key);
-  opened.set(event.id, { type: event.type, box: sealed.box, data });
-  return data;
+  return opened.set(event.id, { type: event.type, box: sealed.box, data: openWith(event.type, sealed, key) });
 }
 
 /** Whether reading this stored event involves more than handing it on (the hot path, heartbeats, does not). */
@@ -275,8 +292,10 @@ function withData<E extends { readonly data: unknown }>(event: E, data: unknown)
  */
 export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateEventStoreOptions): EventStore {
   const openedEvents = new OpenedEvents();
+  keyring.onForget((subject) => openedEvents.forget(subject));
   const openRecorded = (event: RecordedEvent, damagedAsErased = false): RecordedEvent | Promise<RecordedEvent> => {
-    if (event.type === 'UserErased' && isRecord(event.data)) openedEvents.forget(forgetErased(keyring, event.data));
+    // Another process's erasure: the keys it destroyed are evicted here (and their opened events dropped).
+    if (event.type === 'UserErased' && isRecord(event.data)) forgetErased(keyring, event.data);
     const opened = openedAtOnce(keyring, event, openedEvents);
     if (opened !== NOT_HELD) return withData(event, opened);
     return openEventData(keyring, event.type, event.data, damagedAsErased).then((data) => withData(event, data));
@@ -322,12 +341,11 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
   };
 }
 
-/** Another process erased someone: whatever this one holds of their keys goes. Answers the subjects evicted. */
-function forgetErased(keyring: Keyring, data: Record<string, unknown>): Set<string> {
+/** Another process erased someone: whatever this one holds of their keys goes. */
+function forgetErased(keyring: Keyring, data: Record<string, unknown>): void {
   const subjects = new Set<string>();
   if (typeof data.userId === 'string') subjects.add(userSubject(data.userId));
   if (Array.isArray(data.devices)) for (const uuid of data.devices) if (typeof uuid === 'string') subjects.add(deviceSubject(uuid));
   for (const subject of subjects) keyring.evict(subject);
-  return subjects;
 }
 

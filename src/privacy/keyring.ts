@@ -41,6 +41,12 @@ export interface Keyring {
   destroy(subjects: readonly string[], userId?: string): Promise<void>;
   /** Forgets what this process holds of a subject (another process destroyed it). */
   evict(subject: string): void;
+  /**
+   * Calls `listener` with each subject whose key this process forgets (destroyed here, or
+   * evicted): what was opened with that key and kept (the private store's opened events) goes
+   * at once.
+   */
+  onForget(listener: (subject: string) => void): void;
 }
 
 export function userSubject(userId: string): string {
@@ -183,9 +189,11 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
       throw error;
     }
   };
+  const forgetListeners: Array<(subject: string) => void> = [];
   const evict = (subject: string): void => {
     cache.delete(subject);
     evictions.set(subject, (evictions.get(subject) ?? 0) + 1);
+    for (const listener of forgetListeners) listener(subject);
   };
 
   const unwrap = (subject: string, id: string, wrapped: string): DataKey => {
@@ -248,5 +256,8 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
       }
     },
     evict,
+    onForget(listener) {
+      forgetListeners.push(listener);
+    },
   };
 }

@@ -13,9 +13,10 @@ import { createKeyring, type Keyring } from '../../src/privacy/keyring';
 import { startEsdbStandin, type EsdbStandin } from '../support/esdb-standin';
 
 /**
- * Every reader of the log gets its own event: what one reader (a projection, an upcaster, the
- * audit formatting) does to the event or data it was handed never shows in what another reader
- * is handed, or in a later read. Before the reading caches, each read decoded its own objects.
+ * What one reader of the log (a projection, an upcaster, the audit formatting) does to the event
+ * or data it was handed never shows in what another reader is handed, or in a later read: the
+ * events the reading caches share are deep-frozen, so a change is refused (it throws in strict
+ * mode, or has no effect), and the other readers see the event as stored.
  */
 
 const meta = { occurredAt: '2026-11-27T10:00:00.000Z', actor: { type: 'system' as const, id: 'test' }, requestId: 'r', causationId: 'c', correlationId: 'r' };
@@ -57,8 +58,22 @@ async function nextEvents(subscription: Subscription, n: number, onLive: () => v
   return out;
 }
 
-/** A reader that changes what it was handed, as a careless projection would. */
+/**
+ * A reader that tries to change what it was handed, as a careless projection would. Whether the
+ * change was refused (thrown) or went through, the reader itself must see no change either.
+ */
 function scribble(event: RecordedEvent): void {
+  const shown = (): string => JSON.stringify({ data: event.data, metadata: event.metadata });
+  const before = shown();
+  try {
+    change(event);
+  } catch (error) {
+    expect(error).toBeInstanceOf(TypeError);
+  }
+  expect(shown()).toBe(before);
+}
+
+function change(event: RecordedEvent): void {
   const data = event.data as Record<string, unknown>;
   data.changedByAReader = true;
   delete data.userId;

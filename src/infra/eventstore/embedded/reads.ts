@@ -12,8 +12,10 @@ import { segmentIndexAt, type Segment } from './segment';
 import { toRecordedEvent } from './recorded-event';
 
 const STREAM_READ_BATCH = 32;
-/** Records read from segment files that are kept decoded (the last ones read). */
+/** Records read from segment files that are kept decoded (the last ones read)... */
 const READ_RECORDS_KEPT = 2048;
+/** ...and the bytes they may hold (their lengths): a record larger than this is not kept. */
+const READ_RECORDS_BYTES = 4 * 1024 * 1024;
 
 /** A record read from a segment file, kept for the next read of its position. */
 interface KeptRecord {
@@ -38,12 +40,14 @@ export class LogReader {
    * heartbeats, an erased person's plaintext rewritten) puts another segment in its place.
    */
   private readonly kept = new Map<number, KeptRecord>();
+  /** The bytes of the records in `kept`. */
+  private keptBytes = 0;
   /** The event of each record handed out, decoded once for every reader (records are shared: recent-commits.ts and `kept`). */
   private readonly events = new WeakMap<RawRecord, RecordedEvent>();
 
   constructor(private readonly source: ReadSource) {}
 
-  /** The event a record holds, decoded once however many readers it is handed to (they only read it). */
+  /** The event a record holds, decoded (and deep-frozen) once however many readers it is handed to: none can change it for another. */
   eventOf(record: RawRecord): RecordedEvent {
     let event = this.events.get(record);
     if (event === undefined) {
@@ -134,11 +138,30 @@ export class LogReader {
     }
   }
 
+  /**
+   * Drops the records kept from a segment that a compaction replaced, at once: an erasure's
+   * rewrite leaves nothing of the person's old plaintext reachable from here.
+   */
+  forgetSegment(segment: Segment): void {
+    for (const [position, kept] of this.kept) if (kept.segment === segment) this.drop(position, kept);
+  }
+
   private keep(position: number, segment: Segment, record: RawRecord): void {
+    const previous = this.kept.get(position);
+    if (previous !== undefined) this.drop(position, previous);
+    if (record.body.length > READ_RECORDS_BYTES) return;
     // Its own bytes: the read's buffer (a few KiB around it) is not held on to.
-    this.kept.delete(position);
     this.kept.set(position, { segment, record: { ...record, body: Buffer.from(record.body) } });
-    if (this.kept.size > READ_RECORDS_KEPT) this.kept.delete(this.kept.keys().next().value as number);
+    this.keptBytes += record.body.length;
+    while (this.kept.size > READ_RECORDS_KEPT || this.keptBytes > READ_RECORDS_BYTES) {
+      const [oldest, kept] = this.kept.entries().next().value as [number, KeptRecord];
+      this.drop(oldest, kept);
+    }
+  }
+
+  private drop(position: number, kept: KeptRecord): void {
+    this.kept.delete(position);
+    this.keptBytes -= kept.record.body.length;
   }
 
   private async readRevision(stream: StreamIndex, revision: number): Promise<RawRecord | null> {

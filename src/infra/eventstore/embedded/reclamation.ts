@@ -226,6 +226,7 @@ export class EmbeddedEventStore extends EmbeddedStoreCore {
     this.segments = this.segments.map((s) => (s === old ? segment : s));
     for (const [streamName, revision] of compacted.reclaimedThrough) this.index.reclaimThrough(streamName, revision);
     this.recent.forgetRange(old.base, old.base + old.size);
+    this.reader.forgetSegment(old);
     await old.retire();
     await this.options.compactionHook('renamed', segment.file);
     await this.options.io.syncDirectory(this.directory);

@@ -97,7 +97,7 @@ export class EmbeddedStoreCore implements EventStore {
   /** Every index checkpoint written while the store runs (checkpoints.ts), a compacted copy's too. */
   protected readonly checkpoints: CheckpointWriter;
   protected readonly recent = new RecentCommits();
-  private readonly reader: LogReader;
+  protected readonly reader: LogReader;
   /** Where a stop that cannot append its close record puts it (close-file.ts); set at open. */
   private closeFile: CloseFile | null = null;
 

@@ -7,26 +7,14 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { openFileCredentialStore } from '../../src/infra/credentials/file';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
-import type { EventStore } from '../../src/infra/eventstore/port';
 import { derivePrivacyKeys } from '../../src/privacy/crypto';
 import { createPrivateEventStore } from '../../src/privacy/event-store';
 import { createKeyring, userSubject } from '../../src/privacy/keyring';
-
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
+import { collectGarbage, lastDataRef } from '../support/gc';
 
 const meta = { occurredAt: '2026-11-27T10:00:00.000Z', actor: { type: 'system' as const, id: 'test' }, requestId: 'r', causationId: 'c', correlationId: 'r' };
-
-/** A weak reference to the opened data of the stream's last event (read in a frame of its own). */
-async function openedRef(store: EventStore, stream: string): Promise<WeakRef<object> | null> {
-  let ref: WeakRef<object> | null = null;
-  for await (const event of store.readStream(stream)) ref = new WeakRef(event.data as object);
-  return ref;
-}
 
 test('a key destroyed in this process drops what the private store kept opened with it at once', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'hhc-opened-destroy-'));
@@ -39,17 +27,14 @@ test('a key destroyed in this process drops what the private store kept opened w
     const stream = `user-${userId}`;
     await store.append(stream, [{ id: randomUUID(), type: 'UserSynced', data: { userId, created: true, syncId: 1, email: `${userId}@example.org`, firstName: 'Ada', lastName: 'Lovelace', syncedAt: meta.occurredAt }, metadata: meta }], 'no_stream');
     // Two reads hand out the same kept object (opened once).
-    const first = await openedRef(store, stream);
-    const second = await openedRef(store, stream);
+    const first = await lastDataRef(store, stream);
+    const second = await lastDataRef(store, stream);
     expect(first?.deref()).toBeDefined();
     expect(second?.deref()).toBe(first?.deref());
     expect((first?.deref() as { email?: string }).email).toBe(`${userId}@example.org`);
 
     await keyring.destroy([userSubject(userId)], userId);
-    for (let i = 0; i < 3; i++) {
-      await new Promise((resolve) => setImmediate(resolve));
-      gc();
-    }
+    await collectGarbage();
     // Nothing read the stream again since the destruction.
     expect(first?.deref()).toBeUndefined();
   } finally {

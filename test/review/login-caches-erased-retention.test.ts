@@ -11,22 +11,11 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
 import type { EventStore } from '../../src/infra/eventstore/port';
-
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
+import { collectGarbage, lastDataRef } from '../support/gc';
 
 const meta = { occurredAt: '2026-11-27T10:00:00.000Z', actor: { type: 'system' as const, id: 'review' }, requestId: 'r', causationId: 'c', correlationId: 'r' };
-
-/** A weak reference to the data of the stream's last event (read in a frame of its own, gone once it returns). */
-async function readRef(store: EventStore, stream: string): Promise<WeakRef<object> | null> {
-  let ref: WeakRef<object> | null = null;
-  for await (const event of store.readStream(stream)) ref = new WeakRef(event.data as object);
-  return ref;
-}
 
 async function emails(store: EventStore, stream: string): Promise<unknown[]> {
   const out: unknown[] = [];
@@ -48,16 +37,13 @@ test('the decoded plaintext of a version-1 event read before its erasure rewrite
     // Another start: the record is read from its segment file (each login reads the user's stream).
     const store = await openEmbeddedEventStore(dir, { reclaimIntervalMs: 0 });
     // Twice, as two logins do.
-    await readRef(store, stream);
-    const ref = await readRef(store, stream);
+    await lastDataRef(store, stream);
+    const ref = await lastDataRef(store, stream);
     // The erasure: the segment rewritten with the fields "[erased]".
     await store.rewriteStreams([stream], (name, event) =>
       name === stream ? { ...event, data: { ...(event.data as Record<string, unknown>), email: '[erased]', firstName: '[erased]', lastName: '[erased]' } } : null,
     );
-    for (let i = 0; i < 3; i++) {
-      await new Promise((resolve) => setImmediate(resolve));
-      gc();
-    }
+    await collectGarbage();
     // Before anything reads the position again (a read would replace the cache entry).
     const stillThere = (ref?.deref() as { email?: string } | undefined)?.email;
     expect(await emails(store, stream)).toEqual(['[erased]']);

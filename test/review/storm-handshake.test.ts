@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { io } from 'socket.io-client';
 import { type TestService, createUser, startTestService } from '../support/harness';
 import { TEST_SECRETS } from '../support/server';
 import { connect, deviceToken, refusal, registerHub } from '../support/tunnel';
@@ -109,5 +110,93 @@ describe('admission reads the same claim', () => {
     } finally {
       first.close();
     }
+  });
+});
+
+describe('admission and the per-IP budget of failed handshakes (decisions §6)', () => {
+  let tight: TestService;
+  beforeAll(async () => {
+    const limits = ['general=3/60', 'auth=1000/60', 'login=1000/60', 'register=1000/60'].join(',');
+    tight = await startTestService('embedded', { TUNNEL_HANDSHAKES_PER_SECOND: '1', RATE_LIMITS: limits });
+  }, 60_000);
+  afterAll(async () => {
+    await tight?.stop();
+  });
+
+  test('hubs refused by admission spend nothing of their address\'s budget: the same hub gets in once the pace allows', async () => {
+    const owner = await createUser(tight);
+    const hub = await registerHub(tight, owner);
+    const token = await deviceToken(tight, hub, owner);
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const first = await connect(tight, token);
+    first.close();
+    // Twice the address's budget of failed handshakes, all refused by admission.
+    const refused: unknown[] = [];
+    for (let i = 0; i < 6; i++) refused.push((await refusal(tight, { token })).data);
+    expect(refused).toEqual(Array(6).fill({ message: 'Too many connections at once, retry later', retryAfter: expect.any(Number) }));
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const again = await connect(tight, token);
+    expect(again.socket.connected).toBe(true);
+    again.close();
+    // The budget is whole: three failed handshakes, and the fourth is refused by the address's
+    // tier (tokens that claim to be access tokens, which admission lets through).
+    const bad = forged({ alg: 'HS256', typ: 'JWT' }, { sub: owner.id, type: 'access' }, 'x');
+    const failed: string[] = [];
+    for (let i = 0; i < 4; i++) failed.push((await refusal(tight, { token: bad })).message);
+    expect(failed).toEqual(['unauthorized', 'unauthorized', 'unauthorized', 'rate_limited']);
+  });
+});
+
+describe('admission and an address past its limit (decisions §5, §6)', () => {
+  let proxied: TestService;
+  beforeAll(async () => {
+    const limits = ['general=3/60', 'auth=1000/60', 'login=1000/60', 'register=1000/60'].join(',');
+    proxied = await startTestService('embedded', { TUNNEL_HANDSHAKES_PER_SECOND: '5', RATE_LIMITS: limits, TRUST_PROXY: 'loopback' });
+  }, 60_000);
+  afterAll(async () => {
+    await proxied?.stop();
+  });
+
+  /** The connect_error, or 'connected', of a handshake from `address` (behind the trusted proxy). */
+  const handshakeFrom = async (address: string, token: string): Promise<{ message: string; data?: unknown }> => {
+    const socket = io(`${proxied.baseUrl}/tunnel`, { auth: { token }, extraHeaders: { 'x-forwarded-for': address }, transports: ['websocket'], reconnection: false, forceNew: true, timeout: 5000 });
+    try {
+      return await new Promise((resolve) => {
+        socket.once('connect', () => resolve({ message: 'connected' }));
+        socket.once('connect_error', (error: Error & { data?: unknown }) => resolve({ message: error.message, data: error.data }));
+      });
+    } finally {
+      socket.disconnect();
+    }
+  };
+
+  /**
+   * FINDING. Admission runs before the per-address limit of failed handshakes, and a token that
+   * does not claim to be an access token is paced as a hub's. One address past its own limit
+   * (refused "before any token check", decisions §5) still takes a place of the process's pace
+   * with every handshake it sends: a single client sending junk at the pace keeps every hub of
+   * the fleet out with `rate_limited`, however low its own limit. Admission's place is spent
+   * on a handshake the address limit then refuses.
+   */
+  test('an address refused by its own limit does not spend the pace other hubs are admitted at', async () => {
+    const owner = await createUser(proxied);
+    const hub = await registerHub(proxied, owner);
+    const token = await deviceToken(proxied, hub, owner);
+    const junk = 'not.a.jwt';
+    // The attacker's address spends its budget of failed handshakes (3) and is refused past it.
+    const spent: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      spent.push((await handshakeFrom('203.0.113.9', junk)).message);
+    }
+    expect(spent).toEqual(['unauthorized', 'unauthorized', 'unauthorized', 'rate_limited']);
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    // Refused by its own limit, again and again.
+    const limited: unknown[] = [];
+    for (let i = 0; i < 5; i++) limited.push(await handshakeFrom('203.0.113.9', junk));
+    // By the address's limit, not by admission.
+    expect(limited).toEqual(Array(5).fill({ message: 'rate_limited', data: { retryAfter: expect.any(Number) } }));
+    // A hub from another address, well within its own limit.
+    expect(await handshakeFrom('198.51.100.7', token)).toEqual({ message: 'connected' });
   });
 });

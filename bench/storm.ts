@@ -5,8 +5,10 @@
  * in BENCH_WORKERS child processes (2). Then:
  *
  *   1. memory per idle hub socket: the service's RSS and V8 heap used before the hubs and
- *      after they are all connected and idle, divided by the hubs; BENCH_HEAP_SNAPSHOT=1 also
- *      takes a heap snapshot of the service (SIGUSR2) and lists what the heap is made of;
+ *      after they are all connected and idle, divided by the hubs; BENCH_GC=1 also reads them
+ *      after full GCs (the service runs with `--expose-gc` and bench/gc-probe.mjs, SIGWINCH);
+ *      BENCH_HEAP_SNAPSHOT=1 also takes a heap snapshot of the service (SIGUSR2) and lists what
+ *      the heap is made of (BENCH_KEEP_SNAPSHOTS=<dir> keeps the two snapshots there);
  *   2. kill -9, restart at once: time from the kill until `/health` answers and until an
  *      app's `GET /devices` answers, and until every hub is connected again and has had a
  *      heartbeat accepted; hubs that gave up; the app's `GET /devices` (one request at a time,
@@ -22,12 +24,13 @@
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { createServer, connect as netConnect, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { availableParallelism, tmpdir, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
 import { createTokens } from '../src/auth/tokens';
 import { newCommandContext, toNewEvents } from '../src/commands/handler';
 import { deviceDecider, type DeviceState } from '../src/domain/device';
@@ -50,6 +53,8 @@ const DEVICES_PER_OWNER = 50;
 const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** `memory`: stop after the idle hubs are measured (the service gets SIGTERM: a CPU profile is written). */
 const ONLY_MEMORY = process.env.BENCH_PHASES === 'memory';
+/** `1`: the service runs with `--expose-gc` and bench/gc-probe.mjs; memory is read after full GCs (SIGWINCH). */
+const GC_PROBE = process.env.BENCH_GC === '1';
 /**
  * `1`: the service on the first CPU and the fleet's workers on the others (`taskset`), so that
  * the service's figures are not its own clients' starving it (on this 2-core machine: one core each).
@@ -116,7 +121,8 @@ async function freePort(): Promise<number> {
 }
 
 function startService(env: Record<string, string>, port: number, cwd: string): Service {
-  const node = [process.execPath, '--heapsnapshot-signal=SIGUSR2', ...SERVICE_ARGS, join(DIST, 'main.js')];
+  const probe = GC_PROBE ? ['--expose-gc', '--import', pathToFileURL(join(__dirname, 'gc-probe.mjs')).href] : [];
+  const node = [process.execPath, '--heapsnapshot-signal=SIGUSR2', ...probe, ...SERVICE_ARGS, join(DIST, 'main.js')];
   // taskset execs node: the child's pid is the service's.
   const [command = process.execPath, ...args] = PIN ? ['taskset', '-c', SERVICE_CPUS, ...node] : node;
   const child = spawn(command, args, {
@@ -171,6 +177,23 @@ function cpuSeconds(pid: number): number {
 async function heapUsedBytes(baseUrl: string): Promise<number> {
   const text = await (await fetch(`${baseUrl}/metrics`)).text();
   return Number(/^nodejs_heap_size_used_bytes(?:\{[^}]*\})? (\S+)/m.exec(text)?.[1] ?? NaN);
+}
+
+/** RSS and V8 heap used after full GCs in the service (bench/gc-probe.mjs); null without BENCH_GC=1. */
+async function afterFullGc(service: Service, cwd: string): Promise<{ rss: number; heap: number; external: number } | null> {
+  if (!GC_PROBE) return null;
+  const file = join(cwd, 'memory-after-gc.json');
+  rmSync(file, { force: true });
+  service.child.kill('SIGWINCH');
+  const read = await until('memory after a full GC', () => {
+    try {
+      return JSON.parse(readFileSync(file, 'utf8')) as { heapUsed: number; external: number };
+    } catch {
+      return undefined;
+    }
+  }, 100);
+  // The RSS of the process itself (the probe's own figure is the same, read a moment earlier).
+  return { rss: rssBytes(service.child.pid ?? 0), heap: read.heapUsed, external: read.external };
 }
 
 async function takeSnapshot(service: Service, cwd: string): Promise<string> {
@@ -330,6 +353,7 @@ async function embedded(): Promise<void> {
     await until('first start', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? true : undefined));
     await sleep(3000);
     const before = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
+    const gcBefore = await afterFullGc(service, cwd);
     const snapshotBefore = HEAP_SNAPSHOT ? await takeSnapshot(service, cwd) : null;
     const heapBefore = snapshotBefore !== null ? heapComposition(snapshotBefore) : null;
 
@@ -349,6 +373,18 @@ async function embedded(): Promise<void> {
       rssAfterMiB: Math.round(after.rss / 2 ** 20),
     };
     console.log(`memory per idle hub: RSS ${memory.rssPerHubBytes} B, heap ${memory.heapPerHubBytes} B (RSS ${memory.rssBeforeMiB} → ${memory.rssAfterMiB} MiB)`);
+    const gcAfter = await afterFullGc(service, cwd);
+    const afterGc =
+      gcBefore !== null && gcAfter !== null
+        ? {
+            heapPerHubBytes: Math.round((gcAfter.heap - gcBefore.heap) / HUBS),
+            rssPerHubBytes: Math.round((gcAfter.rss - gcBefore.rss) / HUBS),
+            externalPerHubBytes: Math.round((gcAfter.external - gcBefore.external) / HUBS),
+            heapBeforeMiB: Number((gcBefore.heap / 2 ** 20).toFixed(1)),
+            heapAfterMiB: Number((gcAfter.heap / 2 ** 20).toFixed(1)),
+          }
+        : null;
+    if (afterGc !== null) console.log(`after full GCs, per idle hub: heap ${afterGc.heapPerHubBytes} B, RSS ${afterGc.rssPerHubBytes} B, external ${afterGc.externalPerHubBytes} B (heap ${afterGc.heapBeforeMiB} → ${afterGc.heapAfterMiB} MiB)`);
     let heapSnapshotPerHub: number | null = null;
     if (heapBefore !== null) {
       const snapshotAfter = await takeSnapshot(service, cwd);
@@ -360,11 +396,16 @@ async function embedded(): Promise<void> {
         console.log('what grew, per hub, by the collection that holds it (bench/heap-owners.ts):');
         for (const row of ownerGrowth(heapOwners(snapshotBefore), heapOwners(snapshotAfter), HUBS).slice(0, 25)) console.log(`  ${row.owner.padEnd(60)} ${row.perHub} B/hub`);
       }
-      for (const f of readdirSync(cwd).filter((f) => f.endsWith('.heapsnapshot'))) rmSync(join(cwd, f), { force: true });
+      // BENCH_KEEP_SNAPSHOTS=<dir>: the two snapshots are moved there for a closer look (retainers, in DevTools).
+      const keep = process.env.BENCH_KEEP_SNAPSHOTS;
+      for (const f of readdirSync(cwd).filter((f) => f.endsWith('.heapsnapshot'))) {
+        if (keep !== undefined) renameSync(join(cwd, f), join(keep, f));
+        else rmSync(join(cwd, f), { force: true });
+      }
     }
 
     if (ONLY_MEMORY) {
-      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub }, connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)), refusals: fleet.refused(), reconnections: fleet.causes(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
+      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub, afterGc }, connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)), refusals: fleet.refused(), reconnections: fleet.causes(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
       await fleet.stop();
       service.child.kill('SIGTERM');
       await service.exited;

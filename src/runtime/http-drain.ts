@@ -18,9 +18,14 @@ export interface Traffic {
 export function trackTraffic(server: Server): Traffic {
   const responses = new Set<ServerResponse>();
   const sockets = new Set<Socket>();
+  // One listener for every socket (`this` is the socket): an idle WebSocket of a hub lives for
+  // days, and a closure with a `once` wrapper per connection is a few hundred bytes each.
+  function forget(this: Socket): void {
+    sockets.delete(this);
+  }
   server.on('connection', (socket: Socket) => {
     sockets.add(socket);
-    socket.once('close', () => sockets.delete(socket));
+    socket.on('close', forget);
   });
   server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
     responses.add(res);

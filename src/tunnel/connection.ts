@@ -197,6 +197,7 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
       socket.on('tunnel:message', onAppMessage);
       return;
     }
+    devices.accepted(session);
     socket.on('tunnel:subscribe', onDeviceSubscribe);
     socket.on('tunnel:unsubscribe', onDeviceUnsubscribe);
     socket.on('tunnel:message', onDeviceMessage);

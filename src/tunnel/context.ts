@@ -103,8 +103,17 @@ export function appSession(socket: TunnelSocket, userId: string, exp: number): A
 }
 
 export function deviceSession(socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): DeviceSession {
+  // One literal, every field in the object itself: spread into a literal, the fields after the
+  // spread went to a separate property array (a hub holds its session for days).
+  const { principal, waiting, tail, congested, expiresAt, raw } = newSession(socket, { type: 'device', id: auth.uuid }, auth.exp);
   return {
-    ...newSession(socket, { type: 'device', id: auth.uuid }, auth.exp),
+    socket,
+    principal,
+    waiting,
+    tail,
+    congested,
+    expiresAt,
+    raw,
     kind: 'device',
     uuid: auth.uuid,
     gen: auth.gen,
@@ -118,8 +127,11 @@ export function deviceSession(socket: TunnelSocket, auth: Extract<Authenticated,
 export interface TunnelSessions {
   /** Every connected session, by socket id. */
   readonly all: Map<string, Session>;
-  /** The device sockets of each device on this process, including those still claiming. */
-  readonly devices: Map<string, Set<DeviceSession>>;
+  /**
+   * The device sockets of each device on this process, including those still claiming: the
+   * session itself when there is one (nearly always), a Set only while several overlap.
+   */
+  readonly devices: Map<string, DeviceSession | Set<DeviceSession>>;
   /** The current (claimed) device socket of each device held by this process. */
   readonly live: Map<string, DeviceSession>;
   /** Subscribed app sessions on this process, by device. */
@@ -128,6 +140,32 @@ export interface TunnelSessions {
 
 export function createSessions(): TunnelSessions {
   return { all: new Map(), devices: new Map(), live: new Map(), subscribers: new Map() };
+}
+
+/** The device sockets of `uuid` on this process (a copy: ending one changes the index). */
+export function deviceSessionsOf(sessions: TunnelSessions, uuid: string): DeviceSession[] {
+  const held = sessions.devices.get(uuid);
+  if (held === undefined) return [];
+  return held instanceof Set ? [...held] : [held];
+}
+
+export function addDeviceSession(sessions: TunnelSessions, session: DeviceSession): void {
+  const held = sessions.devices.get(session.uuid);
+  if (held === undefined) sessions.devices.set(session.uuid, session);
+  else if (held instanceof Set) held.add(session);
+  else if (held !== session) sessions.devices.set(session.uuid, new Set([held, session]));
+}
+
+export function removeDeviceSession(sessions: TunnelSessions, session: DeviceSession): void {
+  const held = sessions.devices.get(session.uuid);
+  if (held === session) sessions.devices.delete(session.uuid);
+  else if (held instanceof Set) {
+    held.delete(session);
+    // Back to the session itself once it is alone again.
+    const [only, ...others] = held;
+    if (only === undefined) sessions.devices.delete(session.uuid);
+    else if (others.length === 0) sessions.devices.set(session.uuid, only);
+  }
 }
 
 export interface TunnelContext {

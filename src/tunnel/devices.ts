@@ -4,9 +4,11 @@ import { UnauthorizedError } from '../domain/errors';
 import { findDeviceByUuid } from '../projections/devices';
 import type { ClusterNotice, DeviceClaim, GoneDevice } from './cluster';
 import {
+  addDeviceSession,
   andThen,
   deviceRoom,
   deviceSession,
+  removeDeviceSession,
   subscribersRoom,
   userSubscribersRoom,
   type Authenticated,
@@ -32,6 +34,8 @@ export const NOT_DELIVERED: MessageAck = Object.freeze({ success: true, delivere
 export interface DeviceSockets {
   /** The device half of the handshake: its session, its room and its claim, before `connect`. */
   admit(socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): Promise<void>;
+  /** The socket is connected (Socket.IO accepted it): what only its handshake needed is let go. */
+  accepted(session: DeviceSession): void;
   /** `tunnel:message` from a device, in its turn. */
   onMessage(session: DeviceSession, args: readonly unknown[]): void;
   /** The socket closed (or its handshake failed): forget it, release the device, tell the subscribers. */
@@ -75,6 +79,18 @@ const lostClaim = (): TunnelFailure => new TunnelFailure('SESSION_REPLACED', TUN
 
 export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): DeviceSockets {
   const { nsp, cluster, sessions } = ctx;
+  /**
+   * The `close` listener of each device socket still in its handshake: Socket.IO says nothing
+   * of a socket whose client leaves before it is connected. Removed once connected.
+   */
+  const claiming = new Map<DeviceSession, () => void>();
+  /** The handshake is over (accepted or refused): the listener, and what it holds, goes. */
+  const unwatch = (session: DeviceSession): void => {
+    const onClose = claiming.get(session);
+    if (onClose === undefined) return;
+    claiming.delete(session);
+    session.socket.conn.removeListener('close', onClose);
+  };
 
   const sendStatus = (uuid: string, status: DeviceStatus, localOnly: boolean): void => {
     (localOnly ? nsp.local : nsp).to(subscribersRoom(uuid)).emit('device:status', status);
@@ -121,9 +137,7 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
 
   const left = (session: DeviceSession): void => {
     sessions.all.delete(session.socket.id);
-    const set = sessions.devices.get(session.uuid);
-    set?.delete(session);
-    if (set?.size === 0) sessions.devices.delete(session.uuid);
+    removeDeviceSession(sessions, session);
     if (sessions.live.get(session.uuid) === session) release(session);
   };
 
@@ -189,26 +203,30 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
       if (latest !== undefined && (latest.state.status !== 'active' || latest.state.gen !== session.gen)) {
         throw new UnauthorizedError(TOKEN_MESSAGES.revoked);
       }
-      let set = sessions.devices.get(session.uuid);
-      if (set === undefined) sessions.devices.set(session.uuid, (set = new Set()));
-      set.add(session);
+      addDeviceSession(sessions, session);
       // Socket.IO says nothing of a socket whose client leaves before the connection is
       // accepted, nor takes a refused one out of the rooms it joined: both are done here.
       const abandon = (): void => {
         left(session);
         void socket.leave(deviceRoom(session.uuid));
       };
-      socket.conn.once('close', () => {
+      const onClose = (): void => {
+        claiming.delete(session);
         if (!socket.connected) abandon();
-      });
+      };
+      socket.conn.once('close', onClose);
+      claiming.set(session, onClose);
       try {
         await claim(session);
       } catch (error) {
+        unwatch(session);
         abandon();
         throw error;
       }
       socket.data.device = session;
     },
+    // Connected: its `disconnect` says when it leaves.
+    accepted: unwatch,
     onMessage: (session, args) => runner.run(session, args, failedMessage, (input) => relay(session, input)),
     left,
     end,

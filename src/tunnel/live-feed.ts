@@ -2,7 +2,7 @@ import type { AccessRevocations } from '../auth/access-revocations';
 import { asHomeHubEvent, STREAM_PREFIXES } from '../domain/events';
 import type { EventStore, GlobalPosition, RecordedEvent, Subscription } from '../infra/eventstore/port';
 import type { AppSockets } from './apps';
-import { errorText, type DeviceSession, type TunnelContext } from './context';
+import { deviceSessionsOf, errorText, type DeviceSession, type TunnelContext } from './context';
 import { tunnelSeq, type DeviceSockets } from './devices';
 import { TUNNEL_MESSAGES } from './errors';
 
@@ -56,7 +56,7 @@ export async function startLiveFeed(
   };
 
   const revokeDevices = (uuid: string, revoked: (session: DeviceSession) => boolean): void => {
-    for (const session of [...(sessions.devices.get(uuid) ?? [])]) {
+    for (const session of deviceSessionsOf(sessions, uuid)) {
       if (revoked(session)) devices.end(session, { code: 'ACCESS_REVOKED', message: TUNNEL_MESSAGES.deviceRevoked });
     }
   };

@@ -24,6 +24,7 @@ import { unlimited, type TunnelLimiter } from './limiter';
 import { peerAddress, unlimitedHandshakes, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 import { startExpirySweep } from './expiry';
 import { startLiveFeed } from './live-feed';
+import { dropUpgradeListener, TunnelWebSocketServer } from './websocket';
 
 /**
  * The tunnel (decisions §5): Socket.IO namespace `/tunnel` on the API's HTTP server. This
@@ -118,6 +119,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     // messages are small JSON.
     perMessageDeflate: false,
     httpCompression: false,
+    // `ws` letting each frame's mask (a view into the chunk it was read in) go once it is used.
+    wsEngine: TunnelWebSocketServer,
     allowRequest: (_req, callback) => callback(closing ? 'shutting down' : null, !closing),
     ...(cluster.adapter !== undefined ? { adapter: cluster.adapter } : {}),
     ...(origin !== undefined ? { cors: { origin, credentials: true } } : {}),
@@ -129,6 +132,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     if (!(res instanceof ServerResponse) && typeof res === 'object' && res !== null) (res as { req: unknown }).req = null;
     next();
   });
+  io.engine.on('connection', dropUpgradeListener);
   // Nothing lives in the main namespace.
   io.of('/').use((_socket, next) => next(handshakeError(UNAUTHORIZED, 'Connect to the /tunnel namespace')));
   const nsp: TunnelNamespace = io.of(TUNNEL_NAMESPACE);

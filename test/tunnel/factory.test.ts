@@ -15,6 +15,7 @@ import { createLogger } from '../../src/logger';
 import type { DeviceStatus, MessageAck, MessageToDevice, SubscribeAck, TunnelError } from '../../src/tunnel/events';
 import type { LimitDecision, TunnelLimiter, TunnelLimitKind, TunnelPrincipal } from '../../src/tunnel/limiter';
 import { createTunnel, type Tunnel, type TunnelOptions } from '../../src/tunnel/tunnel';
+import { TunnelWebSocket } from '../../src/tunnel/websocket';
 import { TEST_SECRETS } from '../support/server';
 import { connect, request, type Probe } from '../support/tunnel';
 
@@ -32,6 +33,7 @@ const tokens = createTokens({
 
 interface Rig {
   readonly baseUrl: string;
+  readonly server: Server;
   readonly eventStore: EventStore;
   readonly tunnel: Tunnel;
   stop(): Promise<void>;
@@ -45,6 +47,7 @@ async function rig(deps: { limiter?: TunnelLimiter; options?: Partial<TunnelOpti
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    server,
     eventStore,
     tunnel,
     stop: async () => {
@@ -176,3 +179,38 @@ test('a device that stops reading is cut off once its queue stays over the limit
     await r.stop();
   }
 }, 30_000);
+
+describe('what an idle socket keeps', () => {
+  /** The `ws` WebSocket the service made for a TCP connection (ws tags the connection with it). */
+  const websocketOf = (connection: NetSocket): TunnelWebSocket | undefined =>
+    Object.getOwnPropertySymbols(connection)
+      .map((symbol) => (connection as unknown as Record<symbol, unknown>)[symbol])
+      .find((value): value is TunnelWebSocket => value instanceof TunnelWebSocket);
+
+  test("after a large message, the socket's Receiver keeps no part of the chunk it was read in, and engine.io's upgrade listener is gone", async () => {
+    const r = await rig({});
+    try {
+      const connections: NetSocket[] = [];
+      r.server.on('upgrade', (_req, connection: NetSocket) => connections.push(connection));
+      const { token } = await givenDevice(r.eventStore, randomUUID());
+      const device = await on(r, token);
+      const large = 'x'.repeat(48 * 1024);
+      expect(await request<MessageAck>(device, 'tunnel:message', { type: 'large', payload: large })).toEqual({ success: true, delivered: true });
+
+      const websocket = websocketOf(connections[0] as NetSocket);
+      expect(websocket).toBeDefined();
+      const receiver = (websocket as unknown as { _receiver: { _mask: unknown; _buffers: unknown[] } })._receiver;
+      // The mask of the last frame was a view into its chunk (48 KB here), kept until the next frame.
+      expect(receiver._mask).toBeUndefined();
+      expect(receiver._buffers).toEqual([]);
+      // The transport's own error listener only.
+      expect((websocket as TunnelWebSocket).listeners('error').map((listener) => listener.name)).not.toContain('onUpgradeError');
+      expect((websocket as TunnelWebSocket).listenerCount('error')).toBe(1);
+
+      // Still a working socket: the next message is relayed as before.
+      expect(await request<MessageAck>(device, 'tunnel:message', { type: 'small', payload: 1 })).toEqual({ success: true, delivered: true });
+    } finally {
+      await r.stop();
+    }
+  });
+});

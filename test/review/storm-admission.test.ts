@@ -46,6 +46,8 @@ describe('a refusal does not outlive its cause', () => {
     let t = 0;
     let delay = 0;
     const admission = createAdmission({ perSecond: 100, loopDelay: () => delay, now: () => t });
+    // The loop's delay refuses only while device handshakes are in flight: one is.
+    expect(admission.decide()).toBeNull();
     delay = 5000;
     expect(admission.decide()).toEqual(expect.any(Number));
     delay = 0;

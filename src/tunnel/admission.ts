@@ -124,6 +124,8 @@ export function createAdmission(options: AdmissionOptions): Admission {
     refused++;
     const measured = Math.max(answeredRate, peakRate);
     const pace = Math.max(rate > 0 ? Math.min(rate, measured || rate) : measured, 1);
+    // Further than the latest second: booked on a clock that has run back since.
+    if (booked > t + maxWait * 1000) booked = t;
     booked = Math.min(Math.max(booked, t) + 1000 / pace, t + maxWait * 1000);
     // Whole milliseconds: a monotonic clock's fractions would make a second 1000.0000000003 ms.
     return Math.max(1, Math.ceil(Math.round(booked - t) / 1000));

@@ -53,6 +53,11 @@ export interface Decision {
 
 export interface RateLimiter {
   consume(tier: Tier, key: string): Promise<Decision>;
+  /**
+   * What `consume` would answer now, counting nothing: refused when `key` has no point left.
+   * An unreachable store answers allowed, as `consume` does.
+   */
+  peek?(tier: Tier, key: string): Promise<Decision>;
   /** Gives back one point consumed (what turned out not to count); a store error is ignored. */
   refund?(tier: Tier, key: string): Promise<void>;
   limitOf(tier: Tier): TierLimit;
@@ -67,6 +72,11 @@ function decision(limit: TierLimit, res: RateLimiterRes, allowed: boolean, nowMs
     resetAt: Math.ceil((nowMs + msBeforeNext) / 1000),
     retryAfter: allowed ? 0 : Math.max(1, Math.ceil(msBeforeNext / 1000)),
   };
+}
+
+/** What is answered while the store cannot be asked: allowed, the whole limit left. */
+function failOpen(limit: TierLimit, nowMs: number): Decision {
+  return { allowed: true, limit: limit.points, remaining: limit.points, resetAt: Math.ceil(nowMs / 1000) + limit.durationSeconds, retryAfter: 0 };
 }
 
 /** A store call that has not answered in this long counts as unreachable (the request is let through). */
@@ -116,6 +126,12 @@ function build(
   const limiters = new Map<Tier, RateLimiterAbstract>(TIERS.map((tier) => [tier, make(tier, limits[tier])]));
   // A stalled store would add the whole timeout to every request and pile calls up behind it.
   let pausedUntil = 0;
+  /** The store did not answer, or failed: fail open — keep answering — and say so. */
+  const storeFailed = (tier: Tier, rejection: unknown, now: number): Decision => {
+    if (rejection instanceof StoreTimeoutError && guard !== null) pausedUntil = Date.now() + guard.pauseMs;
+    onStoreError(tier, rejection instanceof Error ? rejection : new Error(String(rejection)));
+    return failOpen(limits[tier], now);
+  };
   return {
     limitOf: (tier) => limits[tier],
     async refund(tier, key) {
@@ -136,10 +152,19 @@ function build(
         return decision(limit, await within(limiter.consume(key, 1), guard?.timeoutMs ?? null), true, now);
       } catch (rejection) {
         if (rejection instanceof RateLimiterRes) return decision(limit, rejection, false, now);
-        if (rejection instanceof StoreTimeoutError && guard !== null) pausedUntil = Date.now() + guard.pauseMs;
-        // The store is unreachable: fail open — keep answering — and say so.
-        onStoreError(tier, rejection instanceof Error ? rejection : new Error(String(rejection)));
-        return { allowed: true, limit: limit.points, remaining: limit.points, resetAt: Math.ceil(now / 1000) + limit.durationSeconds, retryAfter: 0 };
+        return storeFailed(tier, rejection, now);
+      }
+    },
+    async peek(tier, key) {
+      const limit = limits[tier];
+      const now = Date.now();
+      if (now < pausedUntil) return failOpen(limit, now);
+      try {
+        const res = await within((limiters.get(tier) as RateLimiterAbstract).get(key), guard?.timeoutMs ?? null);
+        if (res === null) return failOpen(limit, now);
+        return decision(limit, res, res.consumedPoints < limit.points, now);
+      } catch (rejection) {
+        return storeFailed(tier, rejection, now);
       }
     },
   };

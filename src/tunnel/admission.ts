@@ -2,6 +2,7 @@ import { unverifiedTokenType } from '../auth/tokens';
 import type { TunnelNamespace, TunnelSocket } from './context';
 import { handshakeError } from './connection';
 import { RATE_LIMITED_HANDSHAKE } from './events';
+import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 
 /**
  * Handshake admission: the hubs of a fleet that lost the service at once (a crash, a deploy)
@@ -12,14 +13,21 @@ import { RATE_LIMITED_HANDSHAKE } from './events';
  * - a window of handshakes in flight that follows what the process sustains: it grows by one
  *   for each handshake answered within `targetMs` and, while they take longer, shrinks to a
  *   tenth below what was in flight then (at most once per `targetMs`);
- * - the event loop's delay (`loopDelay`): past `maxLoopDelayMs` every device handshake is
+ * - the event loop's delay (`loopDelay`, late persistently: `startLoopDelayMonitor`): past
+ *   `maxLoopDelayMs` while device handshakes are in flight, every device handshake is
  *   refused. A client gives up on a connection whose WebSocket upgrade and engine.io `open`
  *   are not answered within its timeout (the hub client's 10 s), and those wait for the event
  *   loop, behind whatever the admitted handshakes and their heartbeats left queued. A process
  *   given a fraction of a core (a busy machine, a crash start) would otherwise accept
  *   connections it cannot answer before the clients give up, do the work anyway and see every
  *   client come back: a storm that feeds itself. A refusal costs a fraction of an accepted
- *   handshake and tells the hub when to come back.
+ *   handshake and tells the hub when to come back. A loop that is late with nothing in flight
+ *   (a stall, a GC pause, a process resumed after a stop) is not one the handshakes make late:
+ *   it neither refuses nor closes the window.
+ *
+ * Times are read from a monotonic clock (`performance.now()`): a wall clock stepped back would
+ * otherwise leave the pace in debt for the step's length. Time that appears to run backwards
+ * (an injected clock) refills and counts nothing.
  *
  * Past any bound a hub is refused before any token check with `connect_error`
  * `rate_limited` and `data: {retryAfter}` (decisions §5), each refused hub given its own
@@ -42,7 +50,7 @@ export interface AdmissionWindow {
   readonly targetMs?: number;
 }
 
-/** Handshakes refused while the event loop is this late (ms), by default. */
+/** Handshakes refused while the event loop is this late (ms) persistently, by default. */
 export const MAX_LOOP_DELAY_MS = 500;
 
 export interface AdmissionOptions {
@@ -52,10 +60,11 @@ export interface AdmissionOptions {
   readonly window?: AdmissionWindow | false;
   /** The latest second a refused hub is sent to (default 60). */
   readonly maxRetryAfterSeconds?: number;
-  /** How late the event loop runs now, ms (`startLoopDelayMonitor`); absent: not looked at. */
+  /** How late the event loop has run persistently, ms (`startLoopDelayMonitor`); absent: not looked at. */
   readonly loopDelay?: () => number;
-  /** Device handshakes are refused while `loopDelay` is above this (default MAX_LOOP_DELAY_MS). */
+  /** Device handshakes are refused while `loopDelay` is above this and some are in flight (default MAX_LOOP_DELAY_MS). */
   readonly maxLoopDelayMs?: number;
+  /** The clock, ms (default `performance.now()`: monotonic). */
   readonly now?: () => number;
 }
 
@@ -70,7 +79,7 @@ export interface Admission {
 }
 
 export function createAdmission(options: AdmissionOptions): Admission {
-  const now = options.now ?? (() => Date.now());
+  const now = options.now ?? (() => performance.now());
   const rate = options.perSecond;
   const maxWait = options.maxRetryAfterSeconds ?? 60;
   const bounds = options.window === false ? null : { initial: 64, min: 16, max: 4096, targetMs: 1000, ...options.window };
@@ -91,7 +100,7 @@ export function createAdmission(options: AdmissionOptions): Admission {
   let changedAt = now();
   /** Time with handshakes in flight is counted up to `t`. */
   const busyUntil = (t: number): void => {
-    if (inFlight > 0) busyMs += t - changedAt;
+    if (inFlight > 0) busyMs += Math.max(0, t - changedAt);
     changedAt = t;
   };
   let tokens = rate;
@@ -105,7 +114,7 @@ export function createAdmission(options: AdmissionOptions): Admission {
 
   /** An answer came late, or the loop is: the window to a tenth below what is in flight (once per target period). */
   const shrink = (t: number, busy: number): void => {
-    if (bounds === null || t - shrunkAt < bounds.targetMs) return;
+    if (bounds === null || (t >= shrunkAt && t - shrunkAt < bounds.targetMs)) return;
     window = Math.max(bounds.min, Math.floor(Math.min(window, busy) * 0.9));
     shrunkAt = t;
   };
@@ -115,22 +124,26 @@ export function createAdmission(options: AdmissionOptions): Admission {
     refused++;
     const measured = Math.max(answeredRate, peakRate);
     const pace = Math.max(rate > 0 ? Math.min(rate, measured || rate) : measured, 1);
+    // Further than the latest second: booked on a clock that has run back since.
+    if (booked > t + maxWait * 1000) booked = t;
     booked = Math.min(Math.max(booked, t) + 1000 / pace, t + maxWait * 1000);
-    return Math.max(1, Math.ceil((booked - t) / 1000));
+    // Whole milliseconds: a monotonic clock's fractions would make a second 1000.0000000003 ms.
+    return Math.max(1, Math.ceil(Math.round(booked - t) / 1000));
   };
 
   return {
     now,
     decide: () => {
       const t = now();
-      if (loopDelay !== undefined && loopDelay() > maxLoopDelay) {
+      // Late with handshakes in flight: they are what the loop is late with, or will be.
+      if (inFlight > 0 && loopDelay !== undefined && loopDelay() > maxLoopDelay) {
         refusedLate++;
         shrink(t, inFlight);
         return refuse(t);
       }
       if (inFlight >= window) return refuse(t);
       if (rate > 0) {
-        tokens = Math.min(rate, tokens + ((t - refilledAt) / 1000) * rate);
+        tokens = Math.min(rate, tokens + (Math.max(0, t - refilledAt) / 1000) * rate);
         refilledAt = t;
         if (tokens < 1) return refuse(t);
         tokens -= 1;
@@ -161,26 +174,51 @@ export function createAdmission(options: AdmissionOptions): Admission {
 }
 
 export interface LoopDelayMonitor {
-  /** How late the event loop is now, ms: the latest tick's delay, or the time the next tick is overdue by. */
+  /** How late the event loop has run persistently, ms: the least delay of its ticks over the last period; 0 until a period is known. */
   readonly current: () => number;
   readonly stop: () => void;
 }
 
+/** How long the loop must have run late, at least, before the monitor says it is (ms), by default. */
+export const LOOP_DELAY_PERIOD_MS = 1000;
+/** And over how many ticks, at least. */
+const LOOP_DELAY_TICKS = 3;
+
 /**
- * The event loop's delay, from a timer every `everyMs`: how late its last tick fired, decaying
- * by half each tick, or, while a tick is overdue (the loop is busy right now), by how much.
+ * The event loop's delay, from a timer every `everyMs`: the least delay of its ticks over the
+ * last `periodMs` and at least three ticks. One long pause (a GC pause, a stall, a process
+ * stopped and resumed, the start of the process) is a single late tick followed by ticks on
+ * time: it says nothing once the loop is on time again. Only a loop that has been late tick
+ * after tick for the whole period is said to be.
  */
-export function startLoopDelayMonitor(everyMs = 50, now: () => number = () => performance.now()): LoopDelayMonitor {
+export function startLoopDelayMonitor(everyMs = 50, now: () => number = () => performance.now(), periodMs = LOOP_DELAY_PERIOD_MS): LoopDelayMonitor {
+  // The recent ticks, oldest first: when the tick before each fired, and how late each came.
+  const ticks: Array<{ readonly from: number; readonly late: number }> = [];
+  // A clock that does not advance (or runs back) never covers the period: bounded all the same.
+  const kept = 2 * Math.ceil(periodMs / everyMs) + LOOP_DELAY_TICKS;
   let last = now();
-  let delay = 0;
+  let sustained = 0;
   const timer = setInterval(() => {
     const t = now();
-    delay = Math.max(t - last - everyMs, delay / 2);
+    ticks.push({ from: last, late: Math.max(0, t - last - everyMs) });
+    if (ticks.length > kept) ticks.shift();
     last = t;
+    let least = Infinity;
+    for (let i = ticks.length - 1; i >= 0; i--) {
+      const tick = ticks[i] as (typeof ticks)[number];
+      least = Math.min(least, tick.late);
+      if (ticks.length - i >= LOOP_DELAY_TICKS && t - tick.from >= periodMs) {
+        // Older ticks are not needed again.
+        ticks.splice(0, i);
+        sustained = least;
+        return;
+      }
+    }
+    sustained = 0;
   }, everyMs);
   timer.unref();
   return {
-    current: () => Math.max(delay, now() - last - everyMs),
+    current: () => sustained,
     stop: () => clearInterval(timer),
   };
 }
@@ -196,20 +234,47 @@ export interface AdmittedHandshakes {
   settled(socket: TunnelSocket): void;
 }
 
-/** Installs admission as the namespace's first handshake step. */
-export function admitHandshakes(nsp: TunnelNamespace, admission: Admission): AdmittedHandshakes {
+/** The per-IP limit of failed handshakes, which admission asks first. */
+export interface AddressLimit {
+  readonly handshakes: Pick<HandshakeLimiter, 'check'>;
+  readonly clientIp: ClientIp;
+}
+
+/**
+ * Installs admission as the namespace's first handshake step. A device handshake from an
+ * address already past its limit of failed handshakes is refused by that limit (decisions §5:
+ * `rate_limited`, `data: {retryAfter}`, before any token check), without taking a place of the
+ * pace or the window: one address sending junk does not keep the fleet out.
+ */
+export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limit: AddressLimit): AdmittedHandshakes {
   const admittedAt = new WeakMap<TunnelSocket, number>();
+  const admit = (socket: TunnelSocket, next: (error?: Error) => void): void => {
+    const retryAfter = admission.decide();
+    if (retryAfter === null) {
+      admittedAt.set(socket, admission.now());
+      next();
+    } else next(Object.assign(handshakeError(RATE_LIMITED, ADMISSION_MESSAGE), { data: { message: ADMISSION_MESSAGE, retryAfter } }));
+  };
   nsp.use((socket, next) => {
     const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
     if (presentsAccessToken(token)) {
       next();
       return;
     }
-    const retryAfter = admission.decide();
-    if (retryAfter === null) {
-      admittedAt.set(socket, admission.now());
-      next();
-    } else next(Object.assign(handshakeError(RATE_LIMITED, ADMISSION_MESSAGE), { data: { message: ADMISSION_MESSAGE, retryAfter } }));
+    // No upgrade request (a second namespace connection): the next step refuses it.
+    const request = socket.request as TunnelSocket['request'] | null;
+    if (request === null) {
+      admit(socket, next);
+      return;
+    }
+    limit.handshakes.check(limit.clientIp(request)).then(
+      (decision) => {
+        if (decision.allowed) admit(socket, next);
+        else next(new RateLimitedHandshake(decision.retryAfter));
+      },
+      // The limit could not be read: the next step counts the handshake all the same.
+      () => admit(socket, next),
+    );
   });
   return {
     settled(socket) {

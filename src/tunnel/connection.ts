@@ -65,16 +65,13 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
 
   const authenticate = async (token: unknown): Promise<Authenticated> => {
     if (typeof token !== 'string' || token.length === 0 || token.length > 8192) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
-    // A token whose claims do not even say `access` can only fail as one (its signature or its
-    // `type` check): not tried as one, since every failed verification builds an error.
+    // The `type` claim, unverified, picks the verification: a token whose claims say `access`
+    // can only be an access token (a device token's say `device`, and verification checks the
+    // claim), so it is refused with what its own verification says (`Token has expired`,
+    // decisions §7); any other can only fail as an access token, and is not tried as one.
     if (unverifiedTokenType(token) === 'access') {
-      try {
-        const claims = tokens.verifyAccess(token);
-        return { kind: 'app', userId: claims.sub, exp: claims.exp, iat: claims.iat, ...(claims.fam !== undefined ? { fam: claims.fam } : {}) };
-      } catch (error) {
-        // A valid access token of a deactivated account is refused as such; anything else may be a device token.
-        if (error instanceof UnauthorizedError && error.message === TOKEN_MESSAGES.revoked) throw error;
-      }
+      const claims = tokens.verifyAccess(token);
+      return { kind: 'app', userId: claims.sub, exp: claims.exp, iat: claims.iat, ...(claims.fam !== undefined ? { fam: claims.fam } : {}) };
     }
     const claims = tokens.verifyDevice(token);
     const folded = await access.fresh(claims.deviceUuid);

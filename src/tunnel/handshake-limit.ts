@@ -9,9 +9,13 @@ import type { LimitDecision } from './limiter';
  * checked, so past the limit it is refused without any token check (`connect_error`
  * `rate_limited`, `data: {retryAfter}`); one that succeeds gives its point back, so only
  * failures count. Taking the point first keeps a burst of bad tokens sent at once within the
- * limit too. Separate from any pacing of handshakes a process applies for its own sake.
+ * limit too. Separate from any pacing of handshakes a process applies for its own sake, which
+ * asks `check` first: an IP already past its limit is refused by it, and takes no place of
+ * the pace other hubs are admitted at.
  */
 export interface HandshakeLimiter {
+  /** Whether `ip` is past its limit now, counting nothing (refused: what `admit` would answer). */
+  check(ip: string): Promise<LimitDecision>;
   /** Counts a handshake from `ip`; refused when the IP is past its limit. */
   admit(ip: string): Promise<LimitDecision>;
   /** The handshake from `ip` succeeded (or failed for the service's own reasons): it does not count. */
@@ -20,14 +24,23 @@ export interface HandshakeLimiter {
 
 const TIER: Tier = 'general';
 
+const ALLOWED: LimitDecision = Object.freeze({ allowed: true, retryAfter: 0 });
+
 export const unlimitedHandshakes: HandshakeLimiter = {
-  admit: () => Promise.resolve({ allowed: true, retryAfter: 0 }),
+  check: () => Promise.resolve(ALLOWED),
+  admit: () => Promise.resolve(ALLOWED),
   release: () => undefined,
 };
 
 /** Handshakes in the service's general tier, keyed like unauthenticated HTTP requests (`ip:<address>`). */
 export function handshakeLimiterFrom(limiter: RateLimiter, onRejected?: (tier: Tier) => void): HandshakeLimiter {
   return {
+    async check(ip) {
+      if (limiter.peek === undefined) return ALLOWED;
+      const decision = await limiter.peek(TIER, `ip:${ip}`);
+      if (!decision.allowed) onRejected?.(TIER);
+      return { allowed: decision.allowed, retryAfter: decision.retryAfter };
+    },
     async admit(ip) {
       const decision = await limiter.consume(TIER, `ip:${ip}`);
       if (!decision.allowed) onRejected?.(TIER);

@@ -162,7 +162,10 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   await cluster.roomsReady();
   // Before any token check: device handshakes at the pace this process can serve.
   const loopDelay = deps.admission !== undefined ? startLoopDelayMonitor() : null;
-  const admitted = deps.admission !== undefined ? admitHandshakes(nsp, createAdmission({ loopDelay: loopDelay?.current, ...deps.admission })) : null;
+  const handshakes = deps.handshakeLimiter ?? unlimitedHandshakes;
+  const clientIp = deps.clientIp ?? peerAddress;
+  const admitted =
+    deps.admission !== undefined ? admitHandshakes(nsp, createAdmission({ loopDelay: loopDelay?.current, ...deps.admission }), { handshakes, clientIp }) : null;
   const expiry = startExpirySweep(ctx, clock);
   acceptConnections(ctx, {
     tokens: deps.tokens,
@@ -170,8 +173,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     runner,
     apps,
     devices,
-    handshakes: deps.handshakeLimiter ?? unlimitedHandshakes,
-    clientIp: deps.clientIp ?? peerAddress,
+    handshakes,
+    clientIp,
     expiry,
     settled: (socket) => admitted?.settled(socket),
   });

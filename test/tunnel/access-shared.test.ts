@@ -1,13 +1,9 @@
-import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createStateCache, handleCommand, loadAggregate, newCommandContext, systemClock } from '../../src/commands/handler';
-import { deviceDecider, type DeviceCommand, type DeviceState } from '../../src/domain/device';
+import { createStateCache, loadAggregate } from '../../src/commands/handler';
+import { deviceDecider, type DeviceState } from '../../src/domain/device';
 import { deviceStream } from '../../src/domain/events';
-import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
-import type { EventStore, ReadStreamOptions, RecordedEvent } from '../../src/infra/eventstore/port';
+import type { EventStore, ReadStreamOptions } from '../../src/infra/eventstore/port';
 import { createDeviceAccess } from '../../src/tunnel/access';
+import { deviceStreamStore } from '../support/device-stream-store';
 
 /**
  * The tunnel's device folds and the heartbeat path's are the same objects
@@ -15,38 +11,10 @@ import { createDeviceAccess } from '../../src/tunnel/access';
  * still sees what is newer than the shared fold.
  */
 
-let dir: string;
-let store: EventStore;
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'hhc-access-shared-'));
-  store = await openEmbeddedEventStore(dir);
-});
-afterEach(async () => {
-  await store.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-async function run(uuid: string, actor: string, cmd: DeviceCommand): Promise<void> {
-  await handleCommand(store, deviceDecider, deviceStream(uuid), cmd, newCommandContext({ type: 'user', id: actor }, randomUUID()), systemClock);
-}
-
-/** A device registered by a new owner. */
-async function registered(): Promise<{ uuid: string; owner: string; now: string }> {
-  const uuid = randomUUID();
-  const owner = randomUUID();
-  const now = new Date().toISOString();
-  await run(uuid, owner, { type: 'RegisterDevice', data: { id: randomUUID(), uuid, deviceId: 'HUB-1', name: 'Hub', actorUserId: owner, linkId: randomUUID(), ownedDeviceCount: 0, maxDevicesPerUser: 10, now } });
-  return { uuid, owner, now };
-}
-
-async function lastEvent(uuid: string): Promise<RecordedEvent> {
-  let last: RecordedEvent | undefined;
-  for await (const event of store.readStream(deviceStream(uuid))) last = event;
-  if (last === undefined) throw new Error('no events');
-  return last;
-}
+const { store: openStore, run, registered, lastEvent } = deviceStreamStore('hhc-access-shared-');
 
 test('a fold of the shared cache is taken as it is, and an event it already covers keeps it', async () => {
+  const store = openStore();
   const { uuid, owner, now } = await registered();
   const shared = createStateCache<DeviceState>(10);
   const fold = async () => loadAggregate(store, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid));
@@ -77,6 +45,7 @@ test('a fold of the shared cache is taken as it is, and an event it already cove
 });
 
 test('a fold the tunnel read is handed to the heartbeat path; one read behind the live feed is not', async () => {
+  const store = openStore();
   const { uuid, owner, now } = await registered();
   const shared = createStateCache<DeviceState>(10);
   const access = createDeviceAccess(store, { maxEntries: 10, now: () => Date.now(), shared });

@@ -23,6 +23,11 @@ describe('the admission pace', () => {
     expect(Array.from({ length: 10 }, () => admission.decide())).toEqual(Array(10).fill(null));
   });
 
+  test('a clock with fractions of a millisecond (performance.now) books a second as one second', () => {
+    const admission = createAdmission({ perSecond: 1, window: false, now: () => 1988.623182 });
+    expect([admission.decide(), admission.decide(), admission.decide()]).toEqual([null, 1, 2]);
+  });
+
   test('never sends anyone further than the latest second', () => {
     const admission = createAdmission({ perSecond: 1, maxRetryAfterSeconds: 5, now: () => 0 });
     const answers = Array.from({ length: 20 }, () => admission.decide());
@@ -84,6 +89,8 @@ describe('the in-flight window', () => {
       t += 10;
       admission.settled(10_000);
     }
+    // One in flight while the loop runs late.
+    expect(admission.decide()).toBeNull();
     delay = 800;
     // 300 refused: three seconds of the process's work at 100 a second, not 60 at one.
     const waits = Array.from({ length: 300 }, () => admission.decide());
@@ -104,6 +111,8 @@ describe('the in-flight window', () => {
     expect(admission.decide()).toBeNull();
     t += 1000;
     admission.settled(t - 1000);
+    // One in flight while the loop runs late.
+    expect(admission.decide()).toBeNull();
     delay = 800;
     // Twenty refused, booked at about ten a second (the best rate of the last seconds, fading), not one.
     const waits = Array.from({ length: 20 }, () => admission.decide());
@@ -145,29 +154,111 @@ describe('the event loop\'s delay', () => {
     expect(admission.decide()).not.toBeNull();
   });
 
-  test('the monitor says how late the loop is: a tick that came late, and a tick overdue now', () => {
+  test('a late loop with nothing in flight refuses nothing and leaves the window as it was', () => {
+    let t = 0;
+    let delay = 0;
+    const admission = createAdmission({ perSecond: 0, window: { initial: 64, min: 16, targetMs: 1000 }, loopDelay: () => delay, maxLoopDelayMs: 500, now: () => t });
+    // A stall, a process resumed after a stop, a start: late, and no handshake is why.
+    delay = 5000;
+    t = 10_000;
+    expect(admission.decide()).toBeNull();
+    expect(admission.stats()).toMatchObject({ admitted: 1, refused: 0, refusedLate: 0, inFlight: 1, window: 64 });
+    // With one in flight, still late: refused, and the window closes to its least.
+    expect(admission.decide()).toEqual(expect.any(Number));
+    expect(admission.stats()).toMatchObject({ refusedLate: 1, inFlight: 1, window: 16 });
+  });
+
+  /**
+   * A monitor ticking every 50 ms on a clock of the test's: `ticks` fires one tick per entry,
+   * each that many ms late, and says what the monitor says after each.
+   */
+  const withMonitor = (run: (ticks: (lates: readonly number[]) => number[], monitor: { current: () => number }) => void): void => {
     jest.useFakeTimers();
+    let t = 0;
+    const monitor = startLoopDelayMonitor(50, () => t);
     try {
-      let t = 0;
-      const monitor = startLoopDelayMonitor(50, () => t);
-      t = 50;
-      jest.advanceTimersByTime(50);
-      expect(monitor.current()).toBe(0);
-      // The next tick fires 300 ms late.
-      t = 400;
-      jest.advanceTimersByTime(50);
-      expect(monitor.current()).toBe(300);
-      // On time from then on: what it says decays by half each tick.
-      t = 450;
-      jest.advanceTimersByTime(50);
-      expect(monitor.current()).toBe(150);
-      // Busy right now: no tick for 1 s.
-      t = 1450;
-      expect(monitor.current()).toBe(950);
-      monitor.stop();
+      run(
+        (lates) =>
+          lates.map((late) => {
+            t += 50 + late;
+            jest.advanceTimersByTime(50);
+            return monitor.current();
+          }),
+        monitor,
+      );
     } finally {
+      monitor.stop();
       jest.useRealTimers();
     }
+  };
+
+  test('the monitor says how late the loop has been persistently: late on every tick for a second', () => {
+    withMonitor((ticks) => {
+      // Not known before a second of ticks.
+      expect(ticks(Array(19).fill(0))).toEqual(Array(19).fill(0));
+      // Late tick after tick: said once the late ticks cover a second (and three ticks), as the least of them.
+      expect(ticks([600, 700, 650])).toEqual([0, 0, 600]);
+      expect(ticks([800])).toEqual([650]);
+      // One tick on time, and it is not late persistently any more.
+      expect(ticks([0, 600])).toEqual([0, 0]);
+    });
+  });
+
+  test('a single pause of the loop, at the start or later, is not a loop running late', () => {
+    withMonitor((ticks) => {
+      // Startup work right after the monitor started: the first tick comes 3 s late.
+      expect(ticks([3000, 0, 0])).toEqual([0, 0, 0]);
+      expect(ticks(Array(20).fill(0))).toEqual(Array(20).fill(0));
+      // A process stopped for 12 s and resumed, or a long GC pause: one late tick, then ticks on time.
+      expect(ticks([12_000, 0, 0, 0])).toEqual([0, 0, 0, 0]);
+      // Two pauses in a row are not a second of lateness either.
+      expect(ticks([400, 400, 0])).toEqual([0, 0, 0]);
+    });
+  });
+
+  test('a clock that does not advance keeps the monitor bounded and saying nothing', () => {
+    withMonitor((_ticks, monitor) => {
+      jest.advanceTimersByTime(50 * 10_000);
+      expect(monitor.current()).toBe(0);
+    });
+  });
+});
+
+describe('a clock stepped back', () => {
+  test('the pace refills nothing for the step: once the clock moves on again, the bucket fills as it would have', () => {
+    let t = 1_800_000_000_000;
+    const admission = createAdmission({ perSecond: 10, window: false, now: () => t });
+    expect(Array.from({ length: 10 }, () => admission.decide())).toEqual(Array(10).fill(null));
+    expect(admission.decide()).toBe(1);
+    t -= 3_600_000;
+    // Refused (the bucket is empty), and booked from the clock as it is now: the next second.
+    expect(admission.decide()).toBe(1);
+    t += 1000;
+    expect(Array.from({ length: 10 }, () => admission.decide())).toEqual(Array(10).fill(null));
+  });
+
+  test('busy time is not counted backwards: the rate measured after the step is the rate handshakes are answered at', () => {
+    let t = 1_800_000_000_000;
+    let delay = 0;
+    const admission = createAdmission({ perSecond: 0, window: false, loopDelay: () => delay, now: () => t });
+    // Two answered a second, for two seconds.
+    for (let i = 0; i < 4; i++) {
+      expect(admission.decide()).toBeNull();
+      t += 500;
+      admission.settled(t - 500);
+    }
+    // An hour back while 110 are in flight, answered at a hundred a second.
+    for (let i = 0; i < 110; i++) expect(admission.decide()).toBeNull();
+    t -= 3_600_000;
+    for (let i = 0; i < 110; i++) {
+      t += 10;
+      admission.settled(t);
+    }
+    expect(admission.decide()).toBeNull();
+    delay = 800;
+    // 300 refused: three seconds at the hundred a second measured after the step, not 60 at two.
+    const waits = Array.from({ length: 300 }, () => admission.decide());
+    expect(waits.at(-1)).toBe(3);
   });
 });
 

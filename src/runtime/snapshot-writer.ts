@@ -36,6 +36,9 @@ export interface SnapshotWriterOptions {
   readonly restored: SnapshotBody | null;
 }
 
+/** The first wait before asking again for a write the projector was not ready for (ms). */
+const FIRST_RETRY_MS = 100;
+
 /** Two bodies cover the same events when their positions are the same. */
 function coverage(body: SnapshotBody): string {
   return body.readModels.checkpoints.projector ?? '';
@@ -48,12 +51,21 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
   let chain: Promise<void> = Promise.resolve();
   let pending = false;
   let stopped = false;
+  // A write asked for by the count that found the projector not moved on yet is asked again
+  // later (doubling up to the interval): else a burst that ends before the projector's
+  // checkpoint moves would wait for the interval, or for the next append.
+  let retryMs = FIRST_RETRY_MS;
+  let retry: NodeJS.Timeout | null = null;
 
   const writeOnce = async (fail = false): Promise<void> => {
     const body = options.collect();
     // A required write (an erasure's) goes to disk even when the projector's checkpoint has not
     // moved yet: the documents it dropped already have, and applying again is idempotent.
-    if (body === null || (!fail && coverage(body) === lastCoverage)) return;
+    if (body === null || (!fail && coverage(body) === lastCoverage)) {
+      if (sinceLast >= options.everyEvents) retryLater();
+      return;
+    }
+    retryMs = FIRST_RETRY_MS;
     const events = sinceLast;
     sinceLast = 0;
     const started = Date.now();
@@ -79,6 +91,16 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
     return done;
   };
 
+  const retryLater = (): void => {
+    if (retry !== null || stopped) return;
+    retry = setTimeout(() => {
+      retry = null;
+      writeSoon();
+    }, retryMs);
+    retry.unref();
+    retryMs = Math.min(retryMs * 2, Math.max(FIRST_RETRY_MS, options.intervalMs));
+  };
+
   /** A periodic write, unless one is already waiting to run. */
   const writeSoon = (): void => {
     if (pending || stopped) return;
@@ -101,6 +123,7 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
     async stop() {
       stopped = true;
       clearInterval(timer);
+      if (retry !== null) clearTimeout(retry);
       await chain;
     },
   };

@@ -77,3 +77,24 @@ test('writeOrFail writes although the checkpoint has not moved, and rejects when
   expect(await readSnapshotFile(file)).toMatchObject({ kind: 'ok', header: { position: '100/100' } });
   await writer.stop();
 });
+
+test('a write the count asked for while the projector had not moved on is asked again, with no further append', async () => {
+  const file = join(dir, 'read-models.snapshot');
+  let position = 100;
+  const writer = startSnapshotWriter({
+    file,
+    version: 'v',
+    logger: createLogger('silent'),
+    everyEvents: 5,
+    intervalMs: 3_600_000,
+    restored: bodyAt(100),
+    collect: () => bodyAt(position),
+  });
+  writer.appended(5); // the count is reached, but the projector has not applied anything yet
+  await writer.write();
+  expect(existsSync(file)).toBe(false);
+  position = 105; // the projector catches up; no append follows (the burst is over)
+  for (let i = 0; i < 200 && !existsSync(file); i++) await new Promise((resolve) => setTimeout(resolve, 25));
+  expect(await readSnapshotFile(file)).toMatchObject({ kind: 'ok', header: { position: '105/105' } });
+  await writer.stop();
+});

@@ -31,15 +31,8 @@ async function positionOnDisk(file: string): Promise<string | null> {
 test('a burst the projector had applied only part of when the count was reached is snapshotted whole, with no further append', async () => {
   const file = join(dir, 'read-models.snapshot');
   let position = 100;
-  const writer = startSnapshotWriter({
-    file,
-    version: 'v',
-    logger: createLogger('silent'),
-    everyEvents: 5,
-    intervalMs: 3_600_000,
-    restored: bodyAt(100),
-    collect: () => bodyAt(position),
-  });
+  const counted = { everyEvents: 5, intervalMs: 3_600_000, restored: bodyAt(100) };
+  const writer = startSnapshotWriter({ ...counted, file, version: 'v', logger: createLogger('silent'), collect: () => bodyAt(position) });
   try {
     position = 101; // the projector applied one event of the burst when the count is reached
     writer.appended(5);

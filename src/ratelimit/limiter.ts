@@ -161,7 +161,9 @@ function build(
       if (now < pausedUntil) return failOpen(limit, now);
       try {
         const res = await within((limiters.get(tier) as RateLimiterAbstract).get(key), guard?.timeoutMs ?? null);
-        if (res === null) return failOpen(limit, now);
+        // No counter, or one whose window has ended (the memory store drops it on a timer that
+        // runs late while the event loop does): the next consume starts a new window.
+        if (res === null || res.msBeforeNext <= 0) return failOpen(limit, now);
         return decision(limit, res, res.consumedPoints < limit.points, now);
       } catch (rejection) {
         return storeFailed(tier, rejection, now);

@@ -36,8 +36,8 @@ export interface SnapshotWriterOptions {
   readonly restored: SnapshotBody | null;
 }
 
-/** The first wait before asking again for a write the projector was not ready for (ms). */
-const FIRST_RETRY_MS = 100;
+/** The first wait before looking again at what the projector applied after a counted write (ms). */
+const FIRST_LOOK_MS = 100;
 
 /** Two bodies cover the same events when their positions are the same. */
 function coverage(body: SnapshotBody): string {
@@ -51,28 +51,35 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
   let chain: Promise<void> = Promise.resolve();
   let pending = false;
   let stopped = false;
-  // A write asked for by the count that found the projector not moved on yet is asked again
-  // later (doubling up to the interval): else a burst that ends before the projector's
-  // checkpoint moves would wait for the interval, or for the next append.
-  let retryMs = FIRST_RETRY_MS;
-  let retry: NodeJS.Timeout | null = null;
+  // After the count asks for a write, the projector may not have applied everything counted
+  // (not moved at all, or part of the burst): while nothing more is appended, the writer looks
+  // again (100 ms doubling up to the interval) and writes what was applied meanwhile. Else a
+  // burst that ends before the projector catches up would wait for the interval, or for the
+  // next append. Appends meanwhile hand over to the count and the interval again.
+  let followMs = FIRST_LOOK_MS;
+  let follow: NodeJS.Timeout | null = null;
+
+  /** Whether the last write put a snapshot on disk. */
+  let wrote = false;
 
   const writeOnce = async (fail = false): Promise<void> => {
+    wrote = false;
     const body = options.collect();
     // A required write (an erasure's) goes to disk even when the projector's checkpoint has not
     // moved yet: the documents it dropped already have, and applying again is idempotent.
     if (body === null || (!fail && coverage(body) === lastCoverage)) {
-      if (sinceLast >= options.everyEvents) retryLater();
+      if (sinceLast >= options.everyEvents) followLater(false);
       return;
     }
-    retryMs = FIRST_RETRY_MS;
     const events = sinceLast;
     sinceLast = 0;
     const started = Date.now();
     try {
       const bytes = await writeStartSnapshot(options.file, options.version, body);
       lastCoverage = coverage(body);
+      wrote = true;
       logger.info({ position: body.readModels.checkpoints.projector ?? null, bytes, events, ms: Date.now() - started }, 'start snapshot written');
+      if (events >= options.everyEvents) followLater(true);
     } catch (error) {
       sinceLast += events;
       logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'start snapshot: write failed (the next start may replay more)');
@@ -91,22 +98,31 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
     return done;
   };
 
-  const retryLater = (): void => {
-    if (retry !== null || stopped) return;
-    retry = setTimeout(() => {
-      retry = null;
-      writeSoon();
-    }, retryMs);
-    retry.unref();
-    retryMs = Math.min(retryMs * 2, Math.max(FIRST_RETRY_MS, options.intervalMs));
-  };
+  function followLater(restart: boolean): void {
+    if (stopped) return;
+    if (restart) followMs = FIRST_LOOK_MS;
+    if (follow !== null || followMs > Math.max(FIRST_LOOK_MS, options.intervalMs)) return;
+    const delay = followMs;
+    followMs *= 2;
+    follow = setTimeout(() => {
+      follow = null;
+      if (stopped) return;
+      if (sinceLast >= options.everyEvents) writeSoon();
+      else if (sinceLast === 0) void write().then(() => followLater(false));
+    }, delay);
+    follow.unref();
+  }
 
   /** A periodic write, unless one is already waiting to run. */
-  const writeSoon = (): void => {
+  function writeSoon(): void {
     if (pending || stopped) return;
     pending = true;
-    void write().finally(() => (pending = false));
-  };
+    void write().finally(() => {
+      pending = false;
+      // The count reached again while that write ran (it had taken what was counted before).
+      if (wrote && sinceLast >= options.everyEvents) writeSoon();
+    });
+  }
 
   const timer = setInterval(() => {
     if (sinceLast > 0) writeSoon();
@@ -116,14 +132,17 @@ export function startSnapshotWriter(options: SnapshotWriterOptions): SnapshotWri
   return {
     appended(count) {
       sinceLast += count;
-      if (sinceLast >= options.everyEvents) writeSoon();
+      if (sinceLast >= options.everyEvents) {
+        followMs = FIRST_LOOK_MS;
+        writeSoon();
+      }
     },
     write,
     writeOrFail,
     async stop() {
       stopped = true;
       clearInterval(timer);
-      if (retry !== null) clearTimeout(retry);
+      if (follow !== null) clearTimeout(follow);
       await chain;
     },
   };

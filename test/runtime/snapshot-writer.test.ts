@@ -98,3 +98,29 @@ test('a write the count asked for while the projector had not moved on is asked 
   expect(await readSnapshotFile(file)).toMatchObject({ kind: 'ok', header: { position: '105/105' } });
   await writer.stop();
 });
+
+test('a write that keeps failing is not tried again at once, over and over, while the count stays reached', async () => {
+  const file = join(dir, 'read-models.snapshot');
+  let position = 100;
+  let collected = 0;
+  const writer = startSnapshotWriter({
+    file,
+    version: 'v',
+    logger: createLogger('silent'),
+    everyEvents: 5,
+    intervalMs: 3_600_000,
+    restored: bodyAt(100),
+    collect: () => {
+      collected++;
+      return bodyAt(position++);
+    },
+  });
+  mkdirSync(`${file}.tmp`); // every write fails
+  writer.appended(5);
+  await writer.write();
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  // The count's write, the explicit one: no loop of writes on its own (a spin would make thousands).
+  expect(collected).toBeLessThan(10);
+  expect(existsSync(file)).toBe(false);
+  await writer.stop();
+});

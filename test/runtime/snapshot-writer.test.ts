@@ -16,6 +16,11 @@ const bodyAt = (position: number): SnapshotBody => ({
   readModels: { checkpoints: { projector: `${position}/${position}` }, collections: { users: [] } },
 });
 
+/** A writer of `file` whose interval is an hour (only the count and explicit writes write). */
+function counted(file: string, everyEvents: number, collect: () => SnapshotBody | null) {
+  return startSnapshotWriter({ file, version: 'v', logger: createLogger('silent'), everyEvents, intervalMs: 3_600_000, restored: bodyAt(100), collect });
+}
+
 let dir: string;
 beforeEach(() => (dir = mkdtempSync(join(tmpdir(), 'hhc-snapwriter-'))));
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
@@ -81,15 +86,7 @@ test('writeOrFail writes although the checkpoint has not moved, and rejects when
 test('a write the count asked for while the projector had not moved on is asked again, with no further append', async () => {
   const file = join(dir, 'read-models.snapshot');
   let position = 100;
-  const writer = startSnapshotWriter({
-    file,
-    version: 'v',
-    logger: createLogger('silent'),
-    everyEvents: 5,
-    intervalMs: 3_600_000,
-    restored: bodyAt(100),
-    collect: () => bodyAt(position),
-  });
+  const writer = counted(file, 5, () => bodyAt(position));
   writer.appended(5); // the count is reached, but the projector has not applied anything yet
   await writer.write();
   expect(existsSync(file)).toBe(false);
@@ -103,17 +100,9 @@ test('a write that keeps failing is not tried again at once, over and over, whil
   const file = join(dir, 'read-models.snapshot');
   let position = 100;
   let collected = 0;
-  const writer = startSnapshotWriter({
-    file,
-    version: 'v',
-    logger: createLogger('silent'),
-    everyEvents: 5,
-    intervalMs: 3_600_000,
-    restored: bodyAt(100),
-    collect: () => {
-      collected++;
-      return bodyAt(position++);
-    },
+  const writer = counted(file, 5, () => {
+    collected++;
+    return bodyAt(position++);
   });
   mkdirSync(`${file}.tmp`); // every write fails
   writer.appended(5);

@@ -98,8 +98,8 @@ export class LogReader {
       }
       // The record found must be the one asked for: never hand out another one.
       if (record.position === position) {
-        if (fromFile && !segment.retired) this.keep(position, segment, record);
-        return record;
+        // The kept copy is what every read of the position hands out from now on, so its event is decoded once.
+        return fromFile && !segment.retired ? this.keep(position, segment, record) : record;
       }
       if (!segment.retired) throw new CorruptEventLogError(segment.file, offset, `the record there has position ${record.position}, not ${position}`);
     }
@@ -146,17 +146,20 @@ export class LogReader {
     for (const [position, kept] of this.kept) if (kept.segment === segment) this.drop(position, kept);
   }
 
-  private keep(position: number, segment: Segment, record: RawRecord): void {
+  /** Keeps the record (a copy with bytes of its own) and answers what is kept, or the record itself when it is too large to keep. */
+  private keep(position: number, segment: Segment, record: RawRecord): RawRecord {
     const previous = this.kept.get(position);
     if (previous !== undefined) this.drop(position, previous);
-    if (record.body.length > READ_RECORDS_BYTES) return;
+    if (record.body.length > READ_RECORDS_BYTES) return record;
     // Its own bytes: the read's buffer (a few KiB around it) is not held on to.
-    this.kept.set(position, { segment, record: { ...record, body: Buffer.from(record.body) } });
+    const copy: RawRecord = { ...record, body: Buffer.from(record.body) };
+    this.kept.set(position, { segment, record: copy });
     this.keptBytes += record.body.length;
     while (this.kept.size > READ_RECORDS_KEPT || this.keptBytes > READ_RECORDS_BYTES) {
       const [oldest, kept] = this.kept.entries().next().value as [number, KeptRecord];
       this.drop(oldest, kept);
     }
+    return copy;
   }
 
   private drop(position: number, kept: KeptRecord): void {

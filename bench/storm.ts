@@ -51,6 +51,8 @@ const IDLE_MS = Number(process.env.BENCH_IDLE_SECONDS ?? 10) * 1000;
 const DEVICES_PER_OWNER = 50;
 /** Extra Node options of the service (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`). */
 const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
+/** Extra Node options of the fleet's workers (e.g. `--cpu-prof --cpu-prof-dir=/tmp/fleet-prof`). */
+const FLEET_ARGS = (process.env.BENCH_FLEET_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** `memory`: stop after the idle hubs are measured (the service gets SIGTERM: a CPU profile is written). */
 const ONLY_MEMORY = process.env.BENCH_PHASES === 'memory';
 /** `1`: the service runs with `--expose-gc` and bench/gc-probe.mjs; memory is read after full GCs (SIGWINCH). */
@@ -267,11 +269,11 @@ function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
   const reports = new Map<ChildProcess, WorkerReport>();
   let stopping: Promise<void> | undefined;
   const workers = Array.from({ length: WORKERS }, (_, w) => {
-    const worker = fork(join(__dirname, 'storm-fleet.ts'), [], { execArgv: ['--import', 'tsx', '--max-old-space-size=8192'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const worker = fork(join(__dirname, 'storm-fleet.ts'), [], { execArgv: ['--import', 'tsx', '--max-old-space-size=8192', ...FLEET_ARGS], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     // Every thread of the worker (V8's and libuv's too), and those it starts later.
     if (PIN && worker.pid !== undefined) spawn('taskset', ['-a', '-p', '-c', FLEET_CPUS, String(worker.pid)], { stdio: 'ignore' });
     worker.on('message', (message: WorkerReport) => reports.set(worker, message));
-    worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w) } satisfies WorkerMessage);
+    worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w), worker: w } satisfies WorkerMessage);
     return worker;
   });
   progress = () => `connected ${[...reports.values()].reduce((n, r) => n + r.connected, 0)}, back ${[...reports.values()].reduce((n, r) => n + r.back, 0)}, reconnects ${[...reports.values()].reduce((n, r) => n + r.reconnects, 0)}, refused ${JSON.stringify(merge((r) => r.refused))}, causes ${JSON.stringify(merge((r) => r.causes))}, load ${loadavg()[0]?.toFixed(1) ?? '?'}`;
@@ -302,6 +304,65 @@ function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
               }),
         ),
       ).then(() => undefined)),
+  };
+}
+
+/** CPU seconds the fleet's workers have used. */
+function fleetCpuSeconds(fleet: Fleet): number {
+  return fleet.workers.reduce((sum, w) => sum + (w.pid !== undefined && w.exitCode === null ? cpuSeconds(w.pid) : 0), 0);
+}
+
+/** The restarted service's admission figures (`/metrics`), or null while it does not answer. */
+async function admissionFigures(baseUrl: string): Promise<Record<string, number> | null> {
+  try {
+    const text = await (await fetch(`${baseUrl}/metrics`, { signal: AbortSignal.timeout(900) })).text();
+    const figures: Record<string, number> = {};
+    for (const m of text.matchAll(/^tunnel_device_handshake(?:s_total|_admission)\{(?:outcome|measure)="(\w+)"[^}]*\} (\S+)$/gm)) figures[m[1] ?? ''] = Number(m[2]);
+    return figures;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Second by second from `since`: the share of one core the service and the fleet used, the
+ * hubs back, and the service's admission in that second (admitted, refused, of which with the
+ * loop late, the window and the pace refused hubs were spread at), as
+ * `second:service%/fleet%/back[a admitted r refused l late w window p pace]`. Says who the
+ * storm waits for: a service idle while hubs are missing waits for their backoff or bookings,
+ * or for a fleet that is out of CPU.
+ */
+function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, baseUrl: string): { stop(): string } {
+  let service = 0;
+  let clients = fleetCpuSeconds(fleet);
+  let counted: Record<string, number> = {};
+  const rows: string[] = [];
+  const timer = setInterval(() => {
+    let now = 0;
+    try {
+      now = cpuSeconds(servicePid());
+    } catch {
+      // Not started yet, or gone.
+    }
+    const fleetNow = fleetCpuSeconds(fleet);
+    const row = `${Math.round((Date.now() - since) / 1000)}:${Math.round((now - service) * 100)}/${Math.round((fleetNow - clients) * 100)}/${fleet.total('back')}`;
+    service = now;
+    clients = fleetNow;
+    void admissionFigures(baseUrl).then((figures) => {
+      if (figures === null) {
+        rows.push(row);
+        return;
+      }
+      const delta = (k: string): number => (figures[k] ?? 0) - (counted[k] ?? 0);
+      rows.push(`${row}[a${delta('admitted')} r${delta('refused') + delta('refused_late')} l${delta('refused_late')} w${figures.window ?? '?'} p${Math.round(figures.pace ?? 0)}]`);
+      counted = figures;
+    });
+  }, 1000);
+  return {
+    stop: () => {
+      clearInterval(timer);
+      return rows.join(' ');
+    },
   };
 }
 
@@ -419,12 +480,17 @@ async function embedded(): Promise<void> {
     service.child.kill('SIGKILL');
     await service.exited;
     service = startService(env, port, cwd);
+    const restarted = service;
+    const busy = cpuTimeline(() => restarted.child.pid ?? 0, fleet, killedAt, baseUrl);
     const health = await until('health after the kill', async () => ((await answers(`${baseUrl}/api/v1/health`)) ? Date.now() - killedAt : undefined), 20);
     // The restarted service's CPU from its first answer until every hub is back: the reconnections' cost, without the crash start.
     const cpuServing = cpuSeconds(service.child.pid ?? 0);
     const devices = await until('GET /devices after the kill', async () => ((await answers(`${baseUrl}/api/v1/devices?limit=20`, accessToken)) ? Date.now() - killedAt : undefined), 20);
+    const fleetServing = fleetCpuSeconds(fleet);
     const allBack = await until('every hub back', () => (fleet.total('back') >= HUBS ? Date.now() - killedAt : undefined), 100);
     const reconnectCpuMsPerHub = ((cpuSeconds(service.child.pid ?? 0) - cpuServing) * 1000) / HUBS;
+    const fleetReconnectCpuMsPerHub = ((fleetCpuSeconds(fleet) - fleetServing) * 1000) / HUBS;
+    const timeline = busy.stop();
     const samples = await app.stop();
     const beats = { acceptedSinceKill: fleet.total('beatsOk'), failedSinceKill: fleet.total('beatsFailed') };
     const firstOk = samples.find((s) => s.status === 200)?.at ?? Infinity;
@@ -439,11 +505,20 @@ async function embedded(): Promise<void> {
       devicesAfterKillMs: devices,
       allHubsBackAfterKillMs: allBack,
       reconnectCpuMsPerHub: Number(reconnectCpuMsPerHub.toFixed(2)),
+      fleetReconnectCpuMsPerHub: Number(fleetReconnectCpuMsPerHub.toFixed(2)),
+      timeline,
       reconnections: fleet.causes(),
       gaveUp: fleet.stopped(),
       refusals: fleet.refused(),
       heartbeats: beats,
-      appGetDevices: { requests: served.length, p50: Number(percentile(sorted, 50).toFixed(1)), p99: Number(percentile(sorted, 99).toFixed(1)), max: Number((sorted.at(-1) ?? NaN).toFixed(1)), failed: served.filter((s) => s.status !== 200).length, fiveHundreds: served.filter((s) => s.status >= 500).length },
+      appGetDevices: {
+        // The five slowest: when each ended, seconds after the kill, and how long it took.
+        slowest: served
+          .filter((s) => s.status === 200)
+          .sort((a, b) => b.ms - a.ms)
+          .slice(0, 5)
+          .map((s) => `${((s.at - killedAt) / 1000).toFixed(1)} s: ${Math.round(s.ms)} ms`),
+        requests: served.length, p50: Number(percentile(sorted, 50).toFixed(1)), p99: Number(percentile(sorted, 99).toFixed(1)), max: Number((sorted.at(-1) ?? NaN).toFixed(1)), failed: served.filter((s) => s.status !== 200).length, fiveHundreds: served.filter((s) => s.status >= 500).length },
       loadavg: loadavg().map((l) => Number(l.toFixed(2))),
     };
     console.log(JSON.stringify(result, null, 2));

@@ -20,6 +20,8 @@ export interface Metrics {
   readonly rateLimitStoreErrors: Counter<'tier'>;
   readonly logins: Counter<'outcome'>;
   readonly passwordHashesWaiting: Gauge;
+  readonly tunnelHandshakes: Counter<'outcome'>;
+  readonly tunnelAdmission: Gauge<'measure'>;
   /** Where the gauges read their values at each scrape; parts of the service fill it in as they start. */
   readonly sources: MetricSources;
 }
@@ -29,6 +31,20 @@ export interface MetricSources {
   tunnel?: () => { readonly appSockets: number; readonly deviceSockets: number };
   passwordHashesWaiting?: () => number;
   projectorLag?: () => { readonly events: number; readonly ms: number };
+  admission?: () => AdmissionFigures | undefined;
+}
+
+/** Device handshake admission (src/tunnel/admission.ts), as counted since the process started. */
+export interface AdmissionFigures {
+  readonly admitted: number;
+  /** Refused at the pace or the window. */
+  readonly refused: number;
+  /** Of those, refused because the event loop was late. */
+  readonly refusedLate: number;
+  readonly inFlight: number;
+  readonly window: number;
+  /** Handshakes a second that refused hubs are spread at now. */
+  readonly pace: number;
 }
 
 export type LoginOutcome = 'succeeded' | 'failed';
@@ -101,6 +117,34 @@ export function createMetrics(): Metrics {
       help: 'Password hashes and verifications waiting for a free slot',
       collect() {
         this.set(sources.passwordHashesWaiting?.() ?? 0);
+      },
+      ...on,
+    }),
+    tunnelHandshakes: new Counter({
+      name: 'tunnel_device_handshakes_total',
+      help: 'Device handshakes by admission outcome (admitted; refused: at the pace or the window; refused_late: the event loop was late), with retryAfter',
+      labelNames: ['outcome'],
+      collect() {
+        const figures = sources.admission?.();
+        if (figures === undefined) return;
+        // Counted by the admission itself: the counter follows it.
+        this.reset();
+        this.inc({ outcome: 'admitted' }, figures.admitted);
+        this.inc({ outcome: 'refused' }, figures.refused - figures.refusedLate);
+        this.inc({ outcome: 'refused_late' }, figures.refusedLate);
+      },
+      ...on,
+    }),
+    tunnelAdmission: new Gauge({
+      name: 'tunnel_device_handshake_admission',
+      help: 'Device handshake admission now: in_flight, window (the most in flight), pace (handshakes a second refused hubs are spread at)',
+      labelNames: ['measure'],
+      collect() {
+        const figures = sources.admission?.();
+        if (figures === undefined) return;
+        this.set({ measure: 'in_flight' }, figures.inFlight);
+        this.set({ measure: 'window' }, Number.isFinite(figures.window) ? figures.window : -1);
+        this.set({ measure: 'pace' }, figures.pace);
       },
       ...on,
     }),

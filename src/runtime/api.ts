@@ -184,6 +184,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
     },
   });
   metrics.sources.tunnel = () => tunnel.stats();
+  metrics.sources.admission = () => tunnel.admission();
 
   return {
     server,

@@ -68,6 +68,16 @@ export interface AdmissionOptions {
   readonly now?: () => number;
 }
 
+export interface AdmissionStats {
+  readonly admitted: number;
+  readonly refused: number;
+  readonly refusedLate: number;
+  readonly inFlight: number;
+  readonly window: number;
+  /** Handshakes a second that refused hubs are spread at now. */
+  readonly pace: number;
+}
+
 export interface Admission {
   /** The clock `settled` is given times of. */
   readonly now: () => number;
@@ -75,7 +85,7 @@ export interface Admission {
   readonly decide: () => number | null;
   /** An admitted handshake was answered (accepted or refused), `admittedAt` being when `decide` admitted it. */
   readonly settled: (admittedAt: number) => void;
-  readonly stats: () => { readonly admitted: number; readonly refused: number; readonly inFlight: number; readonly window: number; readonly refusedLate: number };
+  readonly stats: () => AdmissionStats;
 }
 
 export function createAdmission(options: AdmissionOptions): Admission {
@@ -119,11 +129,20 @@ export function createAdmission(options: AdmissionOptions): Admission {
     shrunkAt = t;
   };
 
+  /**
+   * What refused hubs are spread at: the pace, when there is one; else the pace the process
+   * answers at. Not the lower of the two: a rate measured while the process was cold (its
+   * first handshakes after a restart read every device and wait behind the start's work)
+   * booked thousands of hubs a minute away, at 200 a second, and left the process two-thirds
+   * idle while they waited. A hub booked too early is refused again, on the connection it
+   * already has; one booked too late costs the whole fleet time.
+   */
+  const paceNow = (): number => (rate > 0 ? rate : Math.max(answeredRate, peakRate, 1));
+
   /** Refused hubs come back one after another at the pace the process answers. */
   const refuse = (t: number): number => {
     refused++;
-    const measured = Math.max(answeredRate, peakRate);
-    const pace = Math.max(rate > 0 ? Math.min(rate, measured || rate) : measured, 1);
+    const pace = paceNow();
     // Further than the latest second: booked on a clock that has run back since.
     if (booked > t + maxWait * 1000) booked = t;
     booked = Math.min(Math.max(booked, t) + 1000 / pace, t + maxWait * 1000);
@@ -169,7 +188,7 @@ export function createAdmission(options: AdmissionOptions): Admission {
       // In flight when it was answered: this one too.
       else shrink(t, inFlight + 1);
     },
-    stats: () => ({ admitted, refused, inFlight, window, refusedLate }),
+    stats: () => ({ admitted, refused, inFlight, window, refusedLate, pace: paceNow() }),
   };
 }
 

@@ -11,7 +11,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import type { RelayDirection } from '../metrics';
 import { createDeviceAccess } from './access';
-import { admitHandshakes, createAdmission, startLoopDelayMonitor, type AdmissionOptions } from './admission';
+import { admitHandshakes, createAdmission, startLoopDelayMonitor, type AdmissionOptions, type AdmissionStats } from './admission';
 import { createAppSockets } from './apps';
 import { createLocalCluster, type TunnelCluster } from './cluster';
 import type { RedisAdapterKind } from './redis-cluster';
@@ -86,10 +86,14 @@ export interface TunnelStats {
   readonly subscriptions: number;
   /** App sessions in the subscriber index (each counted once per device): equals `subscriptions` unless some leaked. */
   readonly subscribedSessions: number;
+  /** Device handshake admission; absent without it. */
+  readonly admission?: AdmissionStats;
 }
 
 export interface Tunnel {
   readonly stats: () => TunnelStats;
+  /** Device handshake admission alone (what `stats` also gives, without counting the sessions). */
+  readonly admission: () => AdmissionStats | undefined;
   /** Closes every socket's transport (clients reconnect, to another process), then the adapter. */
   readonly close: () => Promise<void>;
 }
@@ -164,8 +168,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const loopDelay = deps.admission !== undefined ? startLoopDelayMonitor() : null;
   const handshakes = deps.handshakeLimiter ?? unlimitedHandshakes;
   const clientIp = deps.clientIp ?? peerAddress;
-  const admitted =
-    deps.admission !== undefined ? admitHandshakes(nsp, createAdmission({ loopDelay: loopDelay?.current, ...deps.admission }), { handshakes, clientIp }) : null;
+  const admission = deps.admission !== undefined ? createAdmission({ loopDelay: loopDelay?.current, ...deps.admission }) : null;
+  const admitted = admission !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }) : null;
   const expiry = startExpirySweep(ctx, clock);
   acceptConnections(ctx, {
     tokens: deps.tokens,
@@ -210,8 +214,9 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       }
       let subscribedSessions = 0;
       for (const set of ctx.sessions.subscribers.values()) subscribedSessions += set.size;
-      return { appSockets, deviceSockets: ctx.sessions.all.size - appSockets, subscriptions, subscribedSessions };
+      return { appSockets, deviceSockets: ctx.sessions.all.size - appSockets, subscriptions, subscribedSessions, ...(admission !== null ? { admission: admission.stats() } : {}) };
     },
+    admission: () => admission?.stats(),
     close: async () => {
       if (closing) return;
       closing = true;

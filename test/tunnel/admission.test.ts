@@ -78,6 +78,23 @@ describe('the in-flight window', () => {
     expect(waits).toEqual([1, 1, 2, 2, 3, 3]);
   });
 
+  test('with a pace, refused hubs are booked at the pace, not at a slower rate measured while the process was cold', () => {
+    let t = 0;
+    const admission = createAdmission({ perSecond: 100, window: false, now: () => t });
+    // A cold start: 20 handshakes answered over two seconds of work (10 a second).
+    for (let i = 0; i < 20; i++) {
+      expect(admission.decide()).toBeNull();
+      t += 100;
+      admission.settled(t - 100);
+    }
+    // The bucket is spent; 300 refused are sent over three seconds (100 a second), not thirty.
+    for (let i = 0; i < 100; i++) admission.decide();
+    const waits = Array.from({ length: 300 }, () => admission.decide());
+    expect(waits.every((w) => w !== null)).toBe(true);
+    expect(Math.max(...waits.map((w) => w ?? 0))).toBeLessThanOrEqual(4);
+    expect(admission.stats().pace).toBe(100);
+  });
+
   test('time with nothing in flight does not count: the first answers after a quiet spell say the rate they came at', () => {
     let t = 0;
     let delay = 0;

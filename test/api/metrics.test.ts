@@ -52,6 +52,9 @@ describe.each<Mode>(MODES)('metrics agree with what happened (%s mode)', (mode) 
     expect(s.value('http_requests_in_flight')).toBe(1);
     // Series that have not counted anything yet still exist, at 0.
     expect(s.text).toMatch(/^tunnel_sockets\{.*kind="device".*\} \d+$/m);
+    // Nothing whose scrape walks every socket of the process.
+    expect(s.text).not.toMatch(/^nodejs_active_(handles|resources)/m);
+    expect(s.text).toMatch(/^process_open_fds/m);
     expect(s.text).toMatch(/^logins_total\{.*outcome="failed".*\} \d+$/m);
   });
 
@@ -188,6 +191,11 @@ describe.each<Mode>(MODES)('metrics agree with what happened (%s mode)', (mode) 
       for (const a of apps) for (let i = 0; i < 2; i++) await a.next('tunnel:message');
 
       const after = await scrape(service);
+      // One device handshake went through admission; app handshakes never do.
+      expect(after.value('tunnel_device_handshakes_total', { outcome: 'admitted' }) - before.value('tunnel_device_handshakes_total', { outcome: 'admitted' })).toBe(1);
+      expect(after.value('tunnel_device_handshakes_total', { outcome: 'refused' }) - before.value('tunnel_device_handshakes_total', { outcome: 'refused' })).toBe(0);
+      expect(after.value('tunnel_device_handshake_admission', { measure: 'in_flight' })).toBe(0);
+      expect(after.value('tunnel_device_handshake_admission', { measure: 'pace' })).toBeGreaterThan(0);
       expect(after.value('tunnel_messages_relayed_total', { direction: 'to_device' }) - before.value('tunnel_messages_relayed_total', { direction: 'to_device' })).toBe(4);
       expect(after.value('tunnel_messages_relayed_total', { direction: 'to_apps' }) - before.value('tunnel_messages_relayed_total', { direction: 'to_apps' })).toBe(2);
     } finally {

@@ -139,10 +139,16 @@ export function createAdmission(options: AdmissionOptions): Admission {
    */
   const paceNow = (): number => (rate > 0 ? rate : Math.max(answeredRate, peakRate, 1));
 
-  /** Refused hubs come back one after another at the pace the process answers. */
-  const refuse = (t: number): number => {
+  /**
+   * Refused hubs come back one after another at the pace; those refused because the event loop
+   * is late, no faster than the process answers. A refusal is work too (a new WebSocket, the
+   * engine.io open, the refusal): hubs sent back at a pace far above what a process starved of
+   * CPU answers keep it late with refusals alone, and it admits next to none of them.
+   */
+  const refuse = (t: number, late = false): number => {
     refused++;
-    const pace = paceNow();
+    const measured = Math.max(answeredRate, peakRate);
+    const pace = late && measured > 0 ? Math.max(Math.min(paceNow(), measured), 1) : paceNow();
     // Further than the latest second: booked on a clock that has run back since.
     if (booked > t + maxWait * 1000) booked = t;
     booked = Math.min(Math.max(booked, t) + 1000 / pace, t + maxWait * 1000);
@@ -158,7 +164,7 @@ export function createAdmission(options: AdmissionOptions): Admission {
       if (inFlight > 0 && loopDelay !== undefined && loopDelay() > maxLoopDelay) {
         refusedLate++;
         shrink(t, inFlight);
-        return refuse(t);
+        return refuse(t, true);
       }
       if (inFlight >= window) return refuse(t);
       if (rate > 0) {

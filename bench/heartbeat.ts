@@ -241,6 +241,7 @@ async function compareLimiter(mode: string, tokens: Tokens, devices: readonly De
   let consumed = 0;
   const limiter: RateLimiter = {
     limitOf: (tier) => real.limitOf(tier),
+    peek: (tier, key) => real.peek(tier, key),
     consume: (tier, key) => {
       consumed++;
       return real.consume(tier, key);

@@ -25,6 +25,7 @@
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
+import { Agent, get as httpGet } from 'node:http';
 import { createServer, connect as netConnect, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { availableParallelism, tmpdir, loadavg } from 'node:os';
@@ -307,6 +308,21 @@ function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
   };
 }
 
+/** The service's own count of `GET /devices` answers by duration (`http_request_duration_seconds`): how many took over 0.1, 0.5 and 1 s. */
+async function serverDurations(baseUrl: string): Promise<Record<string, number> | null> {
+  try {
+    const text = await (await fetch(`${baseUrl}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
+    const bucket = (le: string): number => {
+      const line = text.split('\n').find((l) => l.startsWith('http_request_duration_seconds_bucket{') && l.includes(`le="${le}"`) && /route="\/api\/v1\/devices\/?"/.test(l) && l.includes('method="GET"') && l.includes('status="200"'));
+      return Number(line?.split(' ').at(-1) ?? NaN);
+    };
+    const all = bucket('+Inf');
+    return { answered: all, over100ms: all - bucket('0.1'), over500ms: all - bucket('0.5'), over1s: all - bucket('1') };
+  } catch {
+    return null;
+  }
+}
+
 /** CPU seconds the fleet's workers have used. */
 function fleetCpuSeconds(fleet: Fleet): number {
   return fleet.workers.reduce((sum, w) => sum + (w.pid !== undefined && w.exitCode === null ? cpuSeconds(w.pid) : 0), 0);
@@ -315,9 +331,11 @@ function fleetCpuSeconds(fleet: Fleet): number {
 /** The restarted service's admission figures (`/metrics`), or null while it does not answer. */
 async function admissionFigures(baseUrl: string): Promise<Record<string, number> | null> {
   try {
-    const text = await (await fetch(`${baseUrl}/metrics`, { signal: AbortSignal.timeout(900) })).text();
+    const text = await (await fetch(`${baseUrl}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
     const figures: Record<string, number> = {};
     for (const m of text.matchAll(/^tunnel_device_handshake(?:s_total|_admission)\{(?:outcome|measure)="(\w+)"[^}]*\} (\S+)$/gm)) figures[m[1] ?? ''] = Number(m[2]);
+    // The event loop's delay since the last scrape (prom-client resets it at each).
+    figures.lagMax = Number(/^nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text)?.[1] ?? NaN);
     return figures;
   } catch {
     return null;
@@ -327,8 +345,8 @@ async function admissionFigures(baseUrl: string): Promise<Record<string, number>
 /**
  * Second by second from `since`: the share of one core the service and the fleet used, the
  * hubs back, and the service's admission in that second (admitted, refused, of which with the
- * loop late, the window and the pace refused hubs were spread at), as
- * `second:service%/fleet%/back[a admitted r refused l late w window p pace]`. Says who the
+ * loop late, the window, the pace refused hubs were spread at and the event loop's longest delay,
+ * ms), as `second:service%/fleet%/back[a admitted r refused l late w window p pace d delay]`. Says who the
  * storm waits for: a service idle while hubs are missing waits for their backoff or bookings,
  * or for a fleet that is out of CPU.
  */
@@ -336,6 +354,7 @@ function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, base
   let service = 0;
   let clients = fleetCpuSeconds(fleet);
   let counted: Record<string, number> = {};
+  let scraping = false;
   const rows: string[] = [];
   const timer = setInterval(() => {
     let now = 0;
@@ -348,13 +367,20 @@ function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, base
     const row = `${Math.round((Date.now() - since) / 1000)}:${Math.round((now - service) * 100)}/${Math.round((fleetNow - clients) * 100)}/${fleet.total('back')}`;
     service = now;
     clients = fleetNow;
+    // One scrape at a time: a busy service answers late, and its figures say what happened since the last.
+    if (scraping) {
+      rows.push(row);
+      return;
+    }
+    scraping = true;
     void admissionFigures(baseUrl).then((figures) => {
+      scraping = false;
       if (figures === null) {
         rows.push(row);
         return;
       }
       const delta = (k: string): number => (figures[k] ?? 0) - (counted[k] ?? 0);
-      rows.push(`${row}[a${delta('admitted')} r${delta('refused') + delta('refused_late')} l${delta('refused_late')} w${figures.window ?? '?'} p${Math.round(figures.pace ?? 0)}]`);
+      rows.push(`${row}[a${delta('admitted')} r${delta('refused') + delta('refused_late')} l${delta('refused_late')} w${figures.window ?? '?'} p${Math.round(figures.pace ?? 0)} d${Math.round((figures.lagMax ?? NaN) * 1000)}]`);
       counted = figures;
     });
   }, 1000);
@@ -366,22 +392,37 @@ function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, base
   };
 }
 
-/** One request at a time, as an app polling its device list. */
-function appLoop(baseUrl: string, accessToken: string): { stop(): Promise<Array<{ at: number; ms: number; status: number }>> } {
-  const samples: Array<{ at: number; ms: number; status: number }> = [];
+interface AppSample {
+  readonly at: number;
+  readonly ms: number;
+  readonly status: number;
+  /** Sent on a connection an earlier request used: no wait in the service's queue of connections to accept. */
+  readonly reused: boolean;
+}
+
+/** `GET /devices?limit=20` once on a kept-alive connection (`node:http`: says whether the connection was new). */
+function getDevices(baseUrl: string, accessToken: string, agent: Agent): Promise<{ status: number; reused: boolean }> {
+  return new Promise((resolve) => {
+    const req = httpGet(`${baseUrl}/api/v1/devices?limit=20`, { agent, headers: { Authorization: `Bearer ${accessToken}` }, timeout: 5000 }, (res) => {
+      res.resume();
+      res.once('end', () => resolve({ status: res.statusCode ?? 0, reused: req.reusedSocket }));
+      res.once('error', () => resolve({ status: 0, reused: req.reusedSocket }));
+    });
+    req.once('timeout', () => req.destroy());
+    req.once('error', () => resolve({ status: 0, reused: req.reusedSocket }));
+  });
+}
+
+/** One request at a time, as an app polling its device list, on one kept-alive connection. */
+function appLoop(baseUrl: string, accessToken: string): { stop(): Promise<AppSample[]> } {
+  const samples: AppSample[] = [];
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   let running = true;
   const done = (async () => {
     while (running) {
       const t = performance.now();
-      let status = 0;
-      try {
-        const res = await fetch(`${baseUrl}/api/v1/devices?limit=20`, { headers: { Authorization: `Bearer ${accessToken}` }, signal: AbortSignal.timeout(5000) });
-        await res.arrayBuffer();
-        status = res.status;
-      } catch {
-        status = 0;
-      }
-      samples.push({ at: Date.now(), ms: performance.now() - t, status });
+      const { status, reused } = await getDevices(baseUrl, accessToken, agent);
+      samples.push({ at: Date.now(), ms: performance.now() - t, status, reused });
       await sleep(APP_EVERY_MS);
     }
   })();
@@ -389,6 +430,7 @@ function appLoop(baseUrl: string, accessToken: string): { stop(): Promise<Array<
     stop: async () => {
       running = false;
       await done;
+      agent.destroy();
       return samples;
     },
   };
@@ -492,6 +534,7 @@ async function embedded(): Promise<void> {
     const fleetReconnectCpuMsPerHub = ((fleetCpuSeconds(fleet) - fleetServing) * 1000) / HUBS;
     const timeline = busy.stop();
     const samples = await app.stop();
+    const serverSide = await serverDurations(baseUrl);
     const beats = { acceptedSinceKill: fleet.total('beatsOk'), failedSinceKill: fleet.total('beatsFailed') };
     const firstOk = samples.find((s) => s.status === 200)?.at ?? Infinity;
     const served = samples.filter((s) => s.at >= firstOk);
@@ -517,7 +560,10 @@ async function embedded(): Promise<void> {
           .filter((s) => s.status === 200)
           .sort((a, b) => b.ms - a.ms)
           .slice(0, 5)
-          .map((s) => `${((s.at - killedAt) / 1000).toFixed(1)} s: ${Math.round(s.ms)} ms`),
+          .map((s) => `${((s.at - killedAt) / 1000).toFixed(1)} s: ${Math.round(s.ms)} ms${s.reused ? '' : ', new connection'}`),
+        newConnections: served.filter((s) => !s.reused).length,
+        // What the service measured itself, from the request read to the answer written (the restarted process, every request).
+        serverSide,
         requests: served.length, p50: Number(percentile(sorted, 50).toFixed(1)), p99: Number(percentile(sorted, 99).toFixed(1)), max: Number((sorted.at(-1) ?? NaN).toFixed(1)), failed: served.filter((s) => s.status !== 200).length, fiveHundreds: served.filter((s) => s.status >= 500).length },
       loadavg: loadavg().map((l) => Number(l.toFixed(2))),
     };

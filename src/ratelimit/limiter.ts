@@ -57,7 +57,7 @@ export interface RateLimiter {
    * What `consume` would answer now, counting nothing: refused when `key` has no point left.
    * An unreachable store answers allowed, as `consume` does.
    */
-  peek?(tier: Tier, key: string): Promise<Decision>;
+  peek(tier: Tier, key: string): Promise<Decision>;
   /** Gives back one point consumed (what turned out not to count); a store error is ignored. */
   refund?(tier: Tier, key: string): Promise<void>;
   limitOf(tier: Tier): TierLimit;

@@ -36,7 +36,6 @@ export const unlimitedHandshakes: HandshakeLimiter = {
 export function handshakeLimiterFrom(limiter: RateLimiter, onRejected?: (tier: Tier) => void): HandshakeLimiter {
   return {
     async check(ip) {
-      if (limiter.peek === undefined) return ALLOWED;
       const decision = await limiter.peek(TIER, `ip:${ip}`);
       if (!decision.allowed) onRejected?.(TIER);
       return { allowed: decision.allowed, retryAfter: decision.retryAfter };

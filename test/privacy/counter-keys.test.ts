@@ -29,6 +29,10 @@ function recording(): { limiter: RateLimiter; names: string[] } {
       refund: async (_tier: Tier, key: string) => {
         names.push(`refund ${key}`);
       },
+      peek: async (_tier: Tier, key: string) => {
+        names.push(`peek ${key}`);
+        return decision;
+      },
       limitOf: (tier: Tier) => DEFAULT_LIMITS[tier],
     },
   };

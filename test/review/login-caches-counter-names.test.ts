@@ -18,6 +18,10 @@ function recording(): { limiter: RateLimiter; names: string[] } {
         names.push(key);
         return decision;
       },
+      peek: async (_tier: Tier, key: string) => {
+        names.push(`peek ${key}`);
+        return decision;
+      },
       limitOf: (tier: Tier) => DEFAULT_LIMITS[tier],
     },
   };

@@ -31,7 +31,7 @@ export interface WorkerReport {
 }
 
 /** Hubs per source address: a real fleet comes from as many addresses as it has hubs. */
-const HUBS_PER_ADDRESS = 500;
+const HUBS_PER_ADDRESS = Number(process.env.BENCH_HUBS_PER_ADDRESS ?? 500);
 
 /**
  * The loopback address hub `i` of worker `worker` connects from (all of 127.0.0.0/8 is this

@@ -30,7 +30,7 @@ import { createServer, connect as netConnect, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { availableParallelism, tmpdir, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
-import { performance } from 'node:perf_hooks';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { createTokens } from '../src/auth/tokens';
 import { newCommandContext, toNewEvents } from '../src/commands/handler';
@@ -346,7 +346,8 @@ async function admissionFigures(baseUrl: string): Promise<Record<string, number>
  * Second by second from `since`: the share of one core the service and the fleet used, the
  * hubs back, and the service's admission in that second (admitted, refused, of which with the
  * loop late, the window, the pace refused hubs were spread at and the event loop's longest delay,
- * ms), as `second:service%/fleet%/back[a admitted r refused l late w window p pace d delay]`. Says who the
+ * ms), as `second:service%/fleet%/back b<this process's longest loop delay, ms>[a admitted r refused l
+ * late w window p pace d delay]`. Says who the
  * storm waits for: a service idle while hubs are missing waits for their backoff or bookings,
  * or for a fleet that is out of CPU.
  */
@@ -356,6 +357,9 @@ function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, base
   let counted: Record<string, number> = {};
   let scraping = false;
   const rows: string[] = [];
+  // This process's own event loop: an app's request measured here is only as prompt as it is.
+  const own = monitorEventLoopDelay({ resolution: 10 });
+  own.enable();
   const timer = setInterval(() => {
     let now = 0;
     try {
@@ -364,7 +368,8 @@ function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, base
       // Not started yet, or gone.
     }
     const fleetNow = fleetCpuSeconds(fleet);
-    const row = `${Math.round((Date.now() - since) / 1000)}:${Math.round((now - service) * 100)}/${Math.round((fleetNow - clients) * 100)}/${fleet.total('back')}`;
+    const row = `${Math.round((Date.now() - since) / 1000)}:${Math.round((now - service) * 100)}/${Math.round((fleetNow - clients) * 100)}/${fleet.total('back')}b${Math.round(own.max / 1e6)}`;
+    own.reset();
     service = now;
     clients = fleetNow;
     // One scrape at a time: a busy service answers late, and its figures say what happened since the last.
@@ -387,6 +392,7 @@ function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, base
   return {
     stop: () => {
       clearInterval(timer);
+      own.disable();
       return rows.join(' ');
     },
   };

@@ -31,8 +31,9 @@ import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './ha
  *
  * Past any bound a hub is refused before any token check with `connect_error`
  * `rate_limited` and `data: {retryAfter}` (decisions §5), each refused hub given its own
- * later moment at the rate the process answers, so the fleet returns spread over the time it
- * needs instead of all at the next second. App handshakes (a user access token) are never
+ * later moment at the pace (refused while the loop is late: at no more than the rate the
+ * process answers), so the fleet returns spread over the time it needs instead of all at the
+ * next second. App handshakes (a user access token) are never
  * held back by hubs: people first.
  */
 

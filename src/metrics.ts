@@ -37,13 +37,14 @@ export interface MetricSources {
 /** Device handshake admission (src/tunnel/admission.ts), as counted since the process started. */
 export interface AdmissionFigures {
   readonly admitted: number;
-  /** Refused at the pace or the window. */
+  /** Refused, for any reason: the pace, the window or the event loop late. */
   readonly refused: number;
   /** Of those, refused because the event loop was late. */
   readonly refusedLate: number;
   readonly inFlight: number;
+  /** The most in flight at once (Infinity: no window). */
   readonly window: number;
-  /** Handshakes a second that refused hubs are spread at now. */
+  /** Handshakes a second that refused hubs are spread at now (those refused while the loop is late: at most). */
   readonly pace: number;
 }
 
@@ -144,7 +145,7 @@ export function createMetrics(): Metrics {
     }),
     tunnelAdmission: new Gauge({
       name: 'tunnel_device_handshake_admission',
-      help: 'Device handshake admission now: in_flight, window (the most in flight), pace (handshakes a second refused hubs are spread at)',
+      help: 'Device handshake admission now: in_flight, window (the most in flight; -1: none), pace (handshakes a second refused hubs are spread at; those refused while the event loop is late, at most)',
       labelNames: ['measure'],
       collect() {
         const figures = sources.admission?.();

@@ -1,4 +1,5 @@
 import { unverifiedTokenType } from '../auth/tokens';
+import type { AdmissionFigures } from '../metrics';
 import type { TunnelNamespace, TunnelSocket } from './context';
 import { handshakeError } from './connection';
 import { RATE_LIMITED_HANDSHAKE } from './events';
@@ -69,16 +70,6 @@ export interface AdmissionOptions {
   readonly now?: () => number;
 }
 
-export interface AdmissionStats {
-  readonly admitted: number;
-  readonly refused: number;
-  readonly refusedLate: number;
-  readonly inFlight: number;
-  readonly window: number;
-  /** Handshakes a second that refused hubs are spread at now. */
-  readonly pace: number;
-}
-
 export interface Admission {
   /** The clock `settled` is given times of. */
   readonly now: () => number;
@@ -86,7 +77,7 @@ export interface Admission {
   readonly decide: () => number | null;
   /** An admitted handshake was answered (accepted or refused), `admittedAt` being when `decide` admitted it. */
   readonly settled: (admittedAt: number) => void;
-  readonly stats: () => AdmissionStats;
+  readonly stats: () => AdmissionFigures;
 }
 
 export function createAdmission(options: AdmissionOptions): Admission {
@@ -102,8 +93,8 @@ export function createAdmission(options: AdmissionOptions): Admission {
   // Handshakes answered per second of work, measured over a second or so of time with
   // handshakes in flight (idle time does not count: the first answers after a quiet spell or a
   // restart would say one a second), and the best of the last measurements, fading by a tenth
-  // each (a stall, when the loop ran late, does not send refused hubs a minute away). What
-  // refused hubs are spread at.
+  // each (a stall, when the loop ran late, does not send refused hubs a minute away). What hubs
+  // refused while the loop is late are spread at, at most (and every refused hub without a pace).
   let answeredRate = 0;
   let peakRate = 0;
   let answeredInPeriod = 0;
@@ -142,9 +133,10 @@ export function createAdmission(options: AdmissionOptions): Admission {
 
   /**
    * Refused hubs come back one after another at the pace; those refused because the event loop
-   * is late, no faster than the process answers. A refusal is work too (a new WebSocket, the
-   * engine.io open, the refusal): hubs sent back at a pace far above what a process starved of
-   * CPU answers keep it late with refusals alone, and it admits next to none of them.
+   * is late, no faster than the process answers (at the pace until a rate is measured: a
+   * second of handshakes in flight and one answered). A refusal is work too (a new WebSocket,
+   * the engine.io open, the refusal): hubs sent back at a pace far above what a process starved
+   * of CPU answers keep it late with refusals alone, and it admits next to none of them.
    */
   const refuse = (t: number, late = false): number => {
     refused++;

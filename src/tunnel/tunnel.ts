@@ -9,9 +9,9 @@ import { systemClock, type Clock } from '../commands/handler';
 import type { EventStore } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
-import type { RelayDirection } from '../metrics';
+import type { AdmissionFigures, RelayDirection } from '../metrics';
 import { createDeviceAccess } from './access';
-import { admitHandshakes, createAdmission, startLoopDelayMonitor, type AdmissionOptions, type AdmissionStats } from './admission';
+import { admitHandshakes, createAdmission, startLoopDelayMonitor, type AdmissionOptions } from './admission';
 import { createAppSockets } from './apps';
 import { createLocalCluster, type TunnelCluster } from './cluster';
 import type { RedisAdapterKind } from './redis-cluster';
@@ -86,14 +86,12 @@ export interface TunnelStats {
   readonly subscriptions: number;
   /** App sessions in the subscriber index (each counted once per device): equals `subscriptions` unless some leaked. */
   readonly subscribedSessions: number;
-  /** Device handshake admission; absent without it. */
-  readonly admission?: AdmissionStats;
 }
 
 export interface Tunnel {
   readonly stats: () => TunnelStats;
-  /** Device handshake admission alone (what `stats` also gives, without counting the sessions). */
-  readonly admission: () => AdmissionStats | undefined;
+  /** Device handshake admission (src/tunnel/admission.ts); undefined without it. */
+  readonly admission: () => AdmissionFigures | undefined;
   /** Closes every socket's transport (clients reconnect, to another process), then the adapter. */
   readonly close: () => Promise<void>;
 }
@@ -214,7 +212,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       }
       let subscribedSessions = 0;
       for (const set of ctx.sessions.subscribers.values()) subscribedSessions += set.size;
-      return { appSockets, deviceSockets: ctx.sessions.all.size - appSockets, subscriptions, subscribedSessions, ...(admission !== null ? { admission: admission.stats() } : {}) };
+      return { appSockets, deviceSockets: ctx.sessions.all.size - appSockets, subscriptions, subscribedSessions };
     },
     admission: () => admission?.stats(),
     close: async () => {

@@ -11,7 +11,7 @@ export interface HubSpec {
 }
 
 export type WorkerMessage =
-  | { readonly kind: 'start'; readonly baseUrl: string; readonly hubs: readonly HubSpec[]; readonly worker: number }
+  | { readonly kind: 'start'; readonly baseUrl: string; readonly hubs: readonly HubSpec[]; readonly worker: number; readonly workers: number }
   | { readonly kind: 'mark' }
   | { readonly kind: 'stop' };
 
@@ -34,14 +34,16 @@ export interface WorkerReport {
 const HUBS_PER_ADDRESS = Number(process.env.BENCH_HUBS_PER_ADDRESS ?? 500);
 
 /**
- * The loopback address hub `i` of worker `worker` connects from (all of 127.0.0.0/8 is this
- * machine). From one address, 20,000 connections to one port take most of the kernel's
- * ephemeral ports (32768–60999 here) with those in TIME_WAIT, and each `connect()` then
- * searches the range for a free one: in a first run, 36 % of the fleet's CPU was that search,
- * a cost of the bench, not of hubs or the service.
+ * The loopback address hub `i` of worker `worker` of `workers` connects from (all of
+ * 127.0.0.0/8 is this machine). From one address, 20,000 connections to one port take most of
+ * the kernel's ephemeral ports (32768–60999 here) with those in TIME_WAIT, and each `connect()`
+ * then searches the range for a free one: in a first run, 36 % of the fleet's CPU was that
+ * search, a cost of the bench, not of hubs or the service. Numbered by the hub's place in the
+ * whole fleet (worker `w` has hubs `w`, `w + workers`, ...): HUBS_PER_ADDRESS hubs an address
+ * whatever it is set to.
  */
-function sourceAddress(worker: number, i: number): string {
-  const block = worker * 200 + Math.floor(i / HUBS_PER_ADDRESS);
+function sourceAddress(worker: number, workers: number, i: number): string {
+  const block = Math.floor((i * workers + worker) / HUBS_PER_ADDRESS);
   return `127.1.${Math.floor(block / 250)}.${(block % 250) + 1}`;
 }
 
@@ -76,7 +78,7 @@ function runWorker(): void {
         const client = new HubClient({
           baseUrl: message.baseUrl,
           uuid: spec.uuid,
-          io: tunnelFrom(sourceAddress(message.worker, i)),
+          io: tunnelFrom(sourceAddress(message.worker, message.workers, i)),
           tokens: { load: () => spec.token, save: () => undefined },
           // BENCH_CLIENT_TIMEOUT_MS: a longer wait for a machine too busy for the default 10 s (memory runs only).
           ...(process.env.BENCH_CLIENT_TIMEOUT_MS !== undefined ? { requestTimeoutMs: Number(process.env.BENCH_CLIENT_TIMEOUT_MS) } : {}),

@@ -40,6 +40,7 @@ import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
 import type { EventStore } from '../src/infra/eventstore/port';
 import { TIERS } from '../src/ratelimit/limiter';
 import { heapOwners, ownerGrowth } from './heap-owners';
+import { admissionTimeline } from './storm-timeline';
 
 const ROOT = resolve(__dirname, '..');
 const HUBS = Number(process.env.BENCH_HUBS ?? 20_000);
@@ -274,7 +275,7 @@ function startFleet(baseUrl: string, hubs: readonly HubSpec[]): Fleet {
     // Every thread of the worker (V8's and libuv's too), and those it starts later.
     if (PIN && worker.pid !== undefined) spawn('taskset', ['-a', '-p', '-c', FLEET_CPUS, String(worker.pid)], { stdio: 'ignore' });
     worker.on('message', (message: WorkerReport) => reports.set(worker, message));
-    worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w), worker: w } satisfies WorkerMessage);
+    worker.send({ kind: 'start', baseUrl, hubs: hubs.filter((_, i) => i % WORKERS === w), worker: w, workers: WORKERS } satisfies WorkerMessage);
     return worker;
   });
   progress = () => `connected ${[...reports.values()].reduce((n, r) => n + r.connected, 0)}, back ${[...reports.values()].reduce((n, r) => n + r.back, 0)}, reconnects ${[...reports.values()].reduce((n, r) => n + r.reconnects, 0)}, refused ${JSON.stringify(merge((r) => r.refused))}, causes ${JSON.stringify(merge((r) => r.causes))}, load ${loadavg()[0]?.toFixed(1) ?? '?'}`;
@@ -344,19 +345,19 @@ async function admissionFigures(baseUrl: string): Promise<Record<string, number>
 
 /**
  * Second by second from `since`: the share of one core the service and the fleet used, the
- * hubs back, and the service's admission in that second (admitted, refused, of which with the
- * loop late, the window, the pace refused hubs were spread at and the event loop's longest delay,
- * ms), as `second:service%/fleet%/back b<this process's longest loop delay, ms>[a admitted r refused l
- * late w window p pace d delay]`. Says who the
- * storm waits for: a service idle while hubs are missing waits for their backoff or bookings,
- * or for a fleet that is out of CPU.
+ * hubs back, this process's longest loop delay (ms), and the service's admission (admitted,
+ * refused, of which with the loop late, the window, the pace refused hubs were spread at and the
+ * event loop's longest delay, ms), as `second:service%/fleet%/back b<delay>[a admitted r refused
+ * l late w window p pace d delay]`. A row without admission figures is a second whose scrape was
+ * not answered within it: its admissions are in the next row that has them
+ * (bench/storm-timeline.ts). Says who the storm waits for: a service idle while hubs are
+ * missing waits for their backoff or bookings, or for a fleet that is out of CPU.
  */
 function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, baseUrl: string): { stop(): string } {
   let service = 0;
   let clients = fleetCpuSeconds(fleet);
-  let counted: Record<string, number> = {};
   let scraping = false;
-  const rows: string[] = [];
+  const timeline = admissionTimeline();
   // This process's own event loop: an app's request measured here is only as prompt as it is.
   const own = monitorEventLoopDelay({ resolution: 10 });
   own.enable();
@@ -368,32 +369,23 @@ function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, base
       // Not started yet, or gone.
     }
     const fleetNow = fleetCpuSeconds(fleet);
-    const row = `${Math.round((Date.now() - since) / 1000)}:${Math.round((now - service) * 100)}/${Math.round((fleetNow - clients) * 100)}/${fleet.total('back')}b${Math.round(own.max / 1e6)}`;
+    timeline.second(`${Math.round((Date.now() - since) / 1000)}:${Math.round((now - service) * 100)}/${Math.round((fleetNow - clients) * 100)}/${fleet.total('back')}b${Math.round(own.max / 1e6)}`);
     own.reset();
     service = now;
     clients = fleetNow;
     // One scrape at a time: a busy service answers late, and its figures say what happened since the last.
-    if (scraping) {
-      rows.push(row);
-      return;
-    }
+    if (scraping) return;
     scraping = true;
     void admissionFigures(baseUrl).then((figures) => {
       scraping = false;
-      if (figures === null) {
-        rows.push(row);
-        return;
-      }
-      const delta = (k: string): number => (figures[k] ?? 0) - (counted[k] ?? 0);
-      rows.push(`${row}[a${delta('admitted')} r${delta('refused') + delta('refused_late')} l${delta('refused_late')} w${figures.window ?? '?'} p${Math.round(figures.pace ?? 0)} d${Math.round((figures.lagMax ?? NaN) * 1000)}]`);
-      counted = figures;
+      if (figures !== null) timeline.scraped(figures);
     });
   }, 1000);
   return {
     stop: () => {
       clearInterval(timer);
       own.disable();
-      return rows.join(' ');
+      return timeline.rows();
     },
   };
 }

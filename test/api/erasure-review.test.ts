@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { api, CRM_KEY, createUser, GENEROUS_RATE_LIMITS, MODES, startTestService, type Mode, type TestService } from '../support/harness';
+import { api, CRM_KEY, createUser, generousServiceForDescribe, GENEROUS_RATE_LIMITS, MODES, startTestService, type Mode, type TestService } from '../support/harness';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 
 /**
@@ -225,25 +225,17 @@ describe('an erasure stopped half-way (embedded mode)', () => {
 });
 
 describe('erasure: validation messages', () => {
-  let service: TestService;
-
-  beforeAll(async () => {
-    service = await startTestService('embedded', { RATE_LIMITS: GENEROUS_RATE_LIMITS });
-  }, 60_000);
-
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const service = generousServiceForDescribe('embedded');
 
   test('erase-customer with id 0 is refused with a message that is true of 0', async () => {
-    const res = await api(service, 'POST', '/auth/erase-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id: 0 } });
+    const res = await api(service(), 'POST', '/auth/erase-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id: 0 } });
     expect(res.status).toBe(400);
     // 0 is refused (ids are positive), so "id must not be less than 0" would mislead the CRM.
     expect((res.body as { message: string[] }).message).toEqual(['id must be a positive number']);
   });
 
   test('sync-customer with id 0 gets the same message', async () => {
-    const res = await api(service, 'POST', '/auth/sync-customer', {
+    const res = await api(service(), 'POST', '/auth/sync-customer', {
       headers: { 'X-Internal-Api-Key': CRM_KEY },
       body: { id: 0, first_name: 'Zero', last_name: 'Id', email: `zero.${randomUUID().slice(0, 8)}@example.net`, active: true },
     });
@@ -253,24 +245,16 @@ describe('erasure: validation messages', () => {
 });
 
 describe('erasure: logs (embedded mode, no SMTP_URL: the default)', () => {
-  let service: TestService;
-
-  beforeAll(async () => {
-    service = await startTestService('embedded', { RATE_LIMITS: GENEROUS_RATE_LIMITS });
-  }, 60_000);
-
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const service = generousServiceForDescribe('embedded');
 
   test('after an erasure the service log holds nothing of the person (a reset they asked for included)', async () => {
     const email = `logged.${randomUUID().slice(0, 8)}@example.net`;
-    const person = await createUser(service, { email });
-    expect((await api(service, 'POST', '/auth/password-reset/request', { body: { email } })).status).toBe(202);
-    const syncId = await syncIdOf(service, person.accessToken);
-    expect((await api(service, 'POST', '/auth/erase-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id: syncId } })).status).toBe(200);
+    const person = await createUser(service(), { email });
+    expect((await api(service(), 'POST', '/auth/password-reset/request', { body: { email } })).status).toBe(202);
+    const syncId = await syncIdOf(service(), person.accessToken);
+    expect((await api(service(), 'POST', '/auth/erase-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id: syncId } })).status).toBe(200);
     // §11: after an erasure nothing the service keeps (… logs) holds that personal data in readable form.
-    expect(service.logs()).not.toContain(email);
+    expect(service().logs()).not.toContain(email);
   });
 });
 

@@ -27,6 +27,17 @@ async function fullDiskStore(): Promise<{ fs: SimFs; store: EmbeddedEventStore }
   return { fs, store };
 }
 
+/** The infrastructure readiness checks: `store` as the event store, every other part answering. */
+function infrastructureOver(store: EmbeddedEventStore): Infrastructure {
+  return {
+    eventStore: store,
+    readStore: { ping: async () => undefined },
+    credentials: { ping: async () => undefined },
+    redis: null,
+    watermark: { current: () => ({ commit: 1n << 40n, prepare: 1n << 40n }) },
+  } as unknown as Infrastructure;
+}
+
 describe('a store that cannot write', () => {
   it('answers a write with 503 and the error body, and the same write succeeds once space is back', async () => {
     const { fs, store } = await fullDiskStore();
@@ -56,13 +67,7 @@ describe('a store that cannot write', () => {
 
   it('makes readiness 503 naming the event store, with fixed words, until it can write again', async () => {
     const { fs, store } = await fullDiskStore();
-    const infra = {
-      eventStore: store,
-      readStore: { ping: async () => undefined },
-      credentials: { ping: async () => undefined },
-      redis: null,
-      watermark: { current: () => ({ commit: 1n << 40n, prepare: 1n << 40n }) },
-    } as unknown as Infrastructure;
+    const infra = infrastructureOver(store);
     const readiness = createReadiness(infra, { lag: () => ({ events: 0, ms: 0 }) }, quiet);
 
     const down = await readiness();
@@ -94,13 +99,7 @@ describe('a start on a full disk', () => {
 
   it('opens read-only and says so from the start: readiness 503 naming the event store, reads served, writes 503; then resumes by itself', async () => {
     const { fs, store, messages } = await startedOnFullDisk();
-    const infra = {
-      eventStore: store,
-      readStore: { ping: async () => undefined },
-      credentials: { ping: async () => undefined },
-      redis: null,
-      watermark: { current: () => ({ commit: 1n << 40n, prepare: 1n << 40n }) },
-    } as unknown as Infrastructure;
+    const infra = infrastructureOver(store);
     const app = express();
     app.use(healthRoutes({ readiness: createReadiness(infra, { lag: () => ({ events: 0, ms: 0 }) }, quiet) }));
     app.get('/read', async (_req, res, next) => {

@@ -1,5 +1,5 @@
-import { DEFAULT_LIMITS, type Decision, type RateLimiter, type Tier } from '../../src/ratelimit/limiter';
 import { withKeyedCounters } from '../../src/privacy/counter-keys';
+import { recordingLimiter } from '../support/recording-limiter';
 
 /** HMACs computed in every module of this test. */
 const mockHmacs = { count: 0 };
@@ -15,31 +15,8 @@ jest.mock('node:crypto', () => {
   };
 });
 
-/** A limiter that records the counter names it is given. */
-function recording(): { limiter: RateLimiter; names: string[] } {
-  const names: string[] = [];
-  const decision: Decision = { allowed: true, limit: 10, remaining: 9, resetAt: 0, retryAfter: 0 };
-  return {
-    names,
-    limiter: {
-      consume: async (_tier: Tier, key: string) => {
-        names.push(key);
-        return decision;
-      },
-      refund: async (_tier: Tier, key: string) => {
-        names.push(`refund ${key}`);
-      },
-      peek: async (_tier: Tier, key: string) => {
-        names.push(`peek ${key}`);
-        return decision;
-      },
-      limitOf: (tier: Tier) => DEFAULT_LIMITS[tier],
-    },
-  };
-}
-
 test('counters by client IP are named by a keyed hash, the same for each request of an address, computed once per address', async () => {
-  const { limiter, names } = recording();
+  const { limiter, names } = recordingLimiter();
   const keyed = withKeyedCounters(limiter, Buffer.alloc(32, 7));
   mockHmacs.count = 0;
   for (let i = 0; i < 5; i++) await keyed.consume('login', 'ip:203.0.113.9');
@@ -53,7 +30,7 @@ test('counters by client IP are named by a keyed hash, the same for each request
   expect(names[6]).toBe(`refund ${names[0]}`);
   expect(names[7]).toBe('user:42');
   // Another wrapper with the same key names an address the same way.
-  const other = recording();
+  const other = recordingLimiter();
   await withKeyedCounters(other.limiter, Buffer.alloc(32, 7)).consume('login', 'ip:203.0.113.9');
   expect(other.names[0]).toBe(names[0]);
   expect(mockHmacs.count).toBe(3);

@@ -7,8 +7,9 @@ import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
 import type { EventStore, NewEvent, RecordedEvent } from '../../src/infra/eventstore/port';
 import { derivePrivacyKeys } from '../../src/privacy/crypto';
 import { createPrivateEventStore, openEventData } from '../../src/privacy/event-store';
-import { createKeyring, deviceSubject, SubjectErasedError, userSubject, type Keyring } from '../../src/privacy/keyring';
+import { createKeyring, deviceSubject, SubjectErasedError, userSubject } from '../../src/privacy/keyring';
 import { ERASED } from '../../src/privacy/personal-fields';
+import { privateEventStoreEachTest } from '../support/private-event-store';
 
 const USER = '11111111-2222-4333-8444-555555555555';
 const DEVICE = '99999999-8888-4777-8666-555555555555';
@@ -29,25 +30,7 @@ function filesContain(dir: string, needle: string): string[] {
 }
 
 describe('personal fields sealed in the log (crypto-shredding)', () => {
-  let dir: string;
-  let raw: EventStore;
-  let credentials: CredentialStore;
-  let keyring: Keyring;
-  let store: EventStore;
-
-  beforeEach(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'hhc-privacy-'));
-    raw = await openEmbeddedEventStore(dir);
-    credentials = await openFileCredentialStore(dir);
-    keyring = createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
-    store = createPrivateEventStore(raw, { keyring });
-  });
-
-  afterEach(async () => {
-    await raw.close();
-    await credentials.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const t = privateEventStoreEachTest('hhc-privacy-', (dir) => openEmbeddedEventStore(dir));
 
   const synced = {
     userId: USER,
@@ -63,67 +46,67 @@ describe('personal fields sealed in the log (crypto-shredding)', () => {
   };
 
   test('no personal value reaches the log; the service reads every one back', async () => {
-    await store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
-    await store.append(`device-${DEVICE}`, [event('DeviceRegistered', { id: 'i', uuid: DEVICE, deviceId: 'HUB', name: 'Grace attic hub', ipAddress: '10.9.8.7', port: '8123', metadata: { room: 'Grace attic' }, gen: 0, registeredAt: meta.occurredAt })], 'any');
-    await store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { port: '9000', ipAddress: '10.9.8.6' }, source: 'heartbeat', updatedAt: meta.occurredAt })], 'any');
+    await t.store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    await t.store.append(`device-${DEVICE}`, [event('DeviceRegistered', { id: 'i', uuid: DEVICE, deviceId: 'HUB', name: 'Grace attic hub', ipAddress: '10.9.8.7', port: '8123', metadata: { room: 'Grace attic' }, gen: 0, registeredAt: meta.occurredAt })], 'any');
+    await t.store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { port: '9000', ipAddress: '10.9.8.6' }, source: 'heartbeat', updatedAt: meta.occurredAt })], 'any');
     for (const secret of ['grace.hopper@example.org', 'Hopper', 'Cobol Ltd', 'Grace attic', '10.9.8.7', '10.9.8.6']) {
-      expect(filesContain(dir, secret)).toEqual([]);
+      expect(filesContain(t.dir, secret)).toEqual([]);
     }
-    const [user] = await readAll(store, `user-${USER}`);
+    const [user] = await readAll(t.store, `user-${USER}`);
     expect(user?.data).toEqual(synced);
-    const rawUser = (await readAll(raw, `user-${USER}`))[0]?.data as Record<string, unknown>;
+    const rawUser = (await readAll(t.raw, `user-${USER}`))[0]?.data as Record<string, unknown>;
     expect(rawUser.$v).toBe(2);
     expect(rawUser.email).toBeUndefined();
-    const device = await readAll(store, `device-${DEVICE}`);
+    const device = await readAll(t.store, `device-${DEVICE}`);
     expect(device[1]?.data).toEqual({ uuid: DEVICE, changes: { port: '9000', ipAddress: '10.9.8.6' }, source: 'heartbeat', updatedAt: meta.occurredAt });
   });
 
   test('a destroyed key reads as "[erased]" in every sealed field, ids kept, never an error; other people unaffected', async () => {
     const other = '22222222-2222-4333-8444-555555555555';
-    await store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
-    await store.append(`user-${other}`, [event('UserSynced', { ...synced, userId: other, email: 'other@example.org' })], 'any');
-    await store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { name: 'Attic' }, source: 'user', updatedAt: meta.occurredAt })], 'any');
-    await keyring.destroy([userSubject(USER), deviceSubject(DEVICE)], USER);
-    const [erased] = await readAll(store, `user-${USER}`);
+    await t.store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    await t.store.append(`user-${other}`, [event('UserSynced', { ...synced, userId: other, email: 'other@example.org' })], 'any');
+    await t.store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { name: 'Attic' }, source: 'user', updatedAt: meta.occurredAt })], 'any');
+    await t.keyring.destroy([userSubject(USER), deviceSubject(DEVICE)], USER);
+    const [erased] = await readAll(t.store, `user-${USER}`);
     expect(erased?.data).toEqual({ ...synced, email: ERASED, firstName: ERASED, lastName: ERASED, profile: ERASED, crm: ERASED });
-    expect((await readAll(store, `user-${other}`))[0]?.data).toMatchObject({ email: 'other@example.org' });
-    expect((await readAll(store, `device-${DEVICE}`))[0]?.data).toMatchObject({ changes: { name: ERASED } });
+    expect((await readAll(t.store, `user-${other}`))[0]?.data).toMatchObject({ email: 'other@example.org' });
+    expect((await readAll(t.store, `device-${DEVICE}`))[0]?.data).toMatchObject({ changes: { name: ERASED } });
     // A new key for the same subject (a device registered again) never opens the older boxes.
-    await store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { name: 'New household' }, source: 'user', updatedAt: meta.occurredAt })], 'any');
-    const after = await readAll(store, `device-${DEVICE}`);
+    await t.store.append(`device-${DEVICE}`, [event('DeviceUpdated', { uuid: DEVICE, changes: { name: 'New household' }, source: 'user', updatedAt: meta.occurredAt })], 'any');
+    const after = await readAll(t.store, `device-${DEVICE}`);
     expect(after.map((e) => (e.data as { changes: { name: string } }).changes.name)).toEqual([ERASED, 'New household']);
     // The credentials file holds no wrapped key of the erased subjects any more.
-    expect(readFileSync(join(dir, 'credentials.jsonl'), 'utf8')).not.toContain(`user:${USER}`);
+    expect(readFileSync(join(t.dir, 'credentials.jsonl'), 'utf8')).not.toContain(`user:${USER}`);
     // No key is made for the erased person again (their subject keeps a tombstone): what would
     // be sealed for them is refused. A device registered again did get a new key, above.
-    await expect(keyring.keyFor(userSubject(USER))).rejects.toBeInstanceOf(SubjectErasedError);
-    await expect(store.append(`user-${USER}`, [event('UserSynced', synced)], 'any')).rejects.toBeInstanceOf(SubjectErasedError);
-    const fresh = createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
+    await expect(t.keyring.keyFor(userSubject(USER))).rejects.toBeInstanceOf(SubjectErasedError);
+    await expect(t.store.append(`user-${USER}`, [event('UserSynced', synced)], 'any')).rejects.toBeInstanceOf(SubjectErasedError);
+    const fresh = createKeyring(t.credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
     await expect(fresh.keyFor(userSubject(USER))).rejects.toBeInstanceOf(SubjectErasedError);
   });
 
   test('a second process destroying the key is seen here once the cached key is evicted', async () => {
-    await store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
-    const otherKeyring = createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
+    await t.store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    const otherKeyring = createKeyring(t.credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
     await otherKeyring.destroy([userSubject(USER)]);
-    keyring.evict(userSubject(USER));
-    expect(((await readAll(store, `user-${USER}`))[0]?.data as { email: string }).email).toBe(ERASED);
+    t.keyring.evict(userSubject(USER));
+    expect(((await readAll(t.store, `user-${USER}`))[0]?.data as { email: string }).email).toBe(ERASED);
   });
 
   test('plaintext events of version 1 still read as they were', async () => {
-    await raw.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
-    expect((await readAll(store, `user-${USER}`))[0]?.data).toEqual(synced);
-    expect(await openEventData(keyring, 'RefreshIssued', { familyId: 'f', ip: '1.2.3.4', userAgent: 'UA' })).toEqual({ familyId: 'f', ip: '1.2.3.4', userAgent: 'UA' });
+    await t.raw.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    expect((await readAll(t.store, `user-${USER}`))[0]?.data).toEqual(synced);
+    expect(await openEventData(t.keyring, 'RefreshIssued', { familyId: 'f', ip: '1.2.3.4', userAgent: 'UA' })).toEqual({ familyId: 'f', ip: '1.2.3.4', userAgent: 'UA' });
   });
 
   test('data keys survive a reopen of the credential store, wrapped, never in the clear', async () => {
-    await store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
-    await credentials.close();
-    credentials = await openFileCredentialStore(dir);
-    keyring = createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
-    store = createPrivateEventStore(raw, { keyring });
-    expect((await readAll(store, `user-${USER}`))[0]?.data).toEqual(synced);
-    const wrongKek = createKeyring(credentials, derivePrivacyKeys('z'.repeat(40)).keyEncryptionKey);
+    await t.store.append(`user-${USER}`, [event('UserSynced', synced)], 'any');
+    await t.credentials.close();
+    t.credentials = await openFileCredentialStore(t.dir);
+    t.keyring = createKeyring(t.credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
+    t.store = createPrivateEventStore(t.raw, { keyring: t.keyring });
+    expect((await readAll(t.store, `user-${USER}`))[0]?.data).toEqual(synced);
+    const wrongKek = createKeyring(t.credentials, derivePrivacyKeys('z'.repeat(40)).keyEncryptionKey);
     await expect(wrongKek.keyFor(userSubject(USER))).rejects.toThrow(/DATA_KEY_ENCRYPTION_KEY/);
   });
 });

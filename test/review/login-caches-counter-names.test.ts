@@ -6,26 +6,7 @@
  * an address is normalized before it becomes `ip:<address>` is not changed by the cache.)
  */
 import { withKeyedCounters } from '../../src/privacy/counter-keys';
-import { DEFAULT_LIMITS, type Decision, type RateLimiter, type Tier } from '../../src/ratelimit/limiter';
-
-function recording(): { limiter: RateLimiter; names: string[] } {
-  const names: string[] = [];
-  const decision: Decision = { allowed: true, limit: 10, remaining: 9, resetAt: 0, retryAfter: 0 };
-  return {
-    names,
-    limiter: {
-      consume: async (_tier: Tier, key: string) => {
-        names.push(key);
-        return decision;
-      },
-      peek: async (_tier: Tier, key: string) => {
-        names.push(`peek ${key}`);
-        return decision;
-      },
-      limitOf: (tier: Tier) => DEFAULT_LIMITS[tier],
-    },
-  };
-}
+import { recordingLimiter } from '../support/recording-limiter';
 
 const KEY = Buffer.alloc(32, 9);
 const VARIANTS = [
@@ -43,13 +24,13 @@ const VARIANTS = [
 
 /** The name a wrapper that never saw the counter gives it. */
 async function freshName(counter: string): Promise<string> {
-  const { limiter, names } = recording();
+  const { limiter, names } = recordingLimiter();
   await withKeyedCounters(limiter, KEY).consume('login', counter);
   return names[0] as string;
 }
 
 test('kept counter names are the names a fresh process computes, before and after eviction', async () => {
-  const { limiter, names } = recording();
+  const { limiter, names } = recordingLimiter();
   const keyed = withKeyedCounters(limiter, KEY);
   const expected = await Promise.all(VARIANTS.map(freshName));
   expect(new Set(expected).size).toBe(VARIANTS.length);

@@ -1,16 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { openFileCredentialStore } from '../../src/infra/credentials/file';
-import type { CredentialStore } from '../../src/infra/credentials/port';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
 import { createEsdbEventStore } from '../../src/infra/eventstore/esdb';
 import type { EventStore, NewEvent, RecordedEvent, Subscription } from '../../src/infra/eventstore/port';
-import { derivePrivacyKeys } from '../../src/privacy/crypto';
-import { createPrivateEventStore } from '../../src/privacy/event-store';
-import { createKeyring, type Keyring } from '../../src/privacy/keyring';
 import { startEsdbStandin, type EsdbStandin } from '../support/esdb-standin';
+import { privateEventStoreEachTest } from '../support/private-event-store';
 
 /**
  * What one reader of the log (a projection, an upcaster, the audit formatting) does to the event
@@ -83,34 +76,29 @@ function change(event: RecordedEvent): void {
   ((event.metadata as unknown as Record<string, unknown>).actor as Record<string, unknown>).id = 'scribbled';
 }
 
+const PRIVATE_STORE_READ_TWICE =
+  'private store: a sealed event read twice while its key is held; the first reader changing the opened data leaves the second read as stored';
+
+async function sealedEventReadTwice(store: EventStore): Promise<void> {
+  const userId = randomUUID();
+  const written = synced(userId);
+  await store.append(`user-${userId}`, [written], 'any');
+  const [first] = await readAll(store, `user-${userId}`);
+  scribble(first as RecordedEvent);
+  const [second] = await readAll(store, `user-${userId}`);
+  expect(second?.data).toEqual(written.data);
+}
+
 describe('readers of the log never share mutable events', () => {
-  let dir: string;
-  let raw: EventStore;
-  let credentials: CredentialStore;
-  let keyring: Keyring;
-  let store: EventStore;
-
-  beforeEach(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'hhc-review-shared-'));
-    raw = await openEmbeddedEventStore(dir);
-    credentials = await openFileCredentialStore(dir);
-    keyring = createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey);
-    store = createPrivateEventStore(raw, { keyring });
-  });
-
-  afterEach(async () => {
-    await raw.close();
-    await credentials.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const t = privateEventStoreEachTest('hhc-review-shared-', (dir) => openEmbeddedEventStore(dir));
 
   test('embedded log: a stream read twice; the first reader changing its event leaves the second read as stored', async () => {
     const uuid = randomUUID();
     const written = heartbeat(uuid);
-    await raw.append(`device-${uuid}`, [written], 'any');
-    const [first] = await readAll(raw, `device-${uuid}`);
+    await t.raw.append(`device-${uuid}`, [written], 'any');
+    const [first] = await readAll(t.raw, `device-${uuid}`);
     scribble(first as RecordedEvent);
-    const [second] = await readAll(raw, `device-${uuid}`);
+    const [second] = await readAll(t.raw, `device-${uuid}`);
     expect(second?.data).toEqual(written.data);
     expect(second?.metadata.actor.id).toBe('test');
   });
@@ -124,62 +112,31 @@ describe('readers of the log never share mutable events', () => {
     const onLive = (): void => {
       if (++live === 2) bothLive();
     };
-    const a = nextEvents(raw.subscribe(), 1, onLive);
-    const b = nextEvents(raw.subscribe(), 1, onLive);
+    const a = nextEvents(t.raw.subscribe(), 1, onLive);
+    const b = nextEvents(t.raw.subscribe(), 1, onLive);
     await ready;
-    await raw.append(`device-${uuid}`, [written], 'any');
+    await t.raw.append(`device-${uuid}`, [written], 'any');
     const [fromA] = await a;
     scribble(fromA as RecordedEvent);
     const [fromB] = await b;
     expect(fromB?.data).toEqual(written.data);
     // And a later read of the stream too.
-    expect((await readAll(raw, `device-${uuid}`))[0]?.data).toEqual(written.data);
+    expect((await readAll(t.raw, `device-${uuid}`))[0]?.data).toEqual(written.data);
   });
 
-  test('private store: a sealed event read twice while its key is held; the first reader changing the opened data leaves the second read as stored', async () => {
-    const userId = randomUUID();
-    const written = synced(userId);
-    await store.append(`user-${userId}`, [written], 'any');
-    const [first] = await readAll(store, `user-${userId}`);
-    scribble(first as RecordedEvent);
-    const [second] = await readAll(store, `user-${userId}`);
-    expect(second?.data).toEqual(written.data);
-  });
+  test(PRIVATE_STORE_READ_TWICE, () => sealedEventReadTwice(t.store));
 });
 
 describe('readers of the log never share mutable events (distributed: EventStoreDB stand-in)', () => {
   jest.setTimeout(60_000);
-  let dir: string;
   let esdb: EsdbStandin;
-  let raw: EventStore;
-  let credentials: CredentialStore;
-  let store: EventStore;
 
   beforeAll(async () => {
     esdb = await startEsdbStandin({ statsIntervalMs: 0 });
   });
   afterAll(() => esdb.stop());
 
-  beforeEach(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'hhc-review-shared-esdb-'));
-    raw = createEsdbEventStore(esdb.url);
-    credentials = await openFileCredentialStore(dir);
-    store = createPrivateEventStore(raw, { keyring: createKeyring(credentials, derivePrivacyKeys('k'.repeat(40)).keyEncryptionKey) });
-  });
+  const t = privateEventStoreEachTest('hhc-review-shared-esdb-', () => createEsdbEventStore(esdb.url));
 
-  afterEach(async () => {
-    await raw.close();
-    await credentials.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  test('private store: a sealed event read twice while its key is held; the first reader changing the opened data leaves the second read as stored', async () => {
-    const userId = randomUUID();
-    const written = synced(userId);
-    await store.append(`user-${userId}`, [written], 'any');
-    const [first] = await readAll(store, `user-${userId}`);
-    scribble(first as RecordedEvent);
-    const [second] = await readAll(store, `user-${userId}`);
-    expect(second?.data).toEqual(written.data);
-  });
+  test(PRIVATE_STORE_READ_TWICE, () => sealedEventReadTwice(t.store));
 });

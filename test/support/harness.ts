@@ -111,6 +111,24 @@ export async function startTestService(mode: Mode, extraEnv: Record<string, stri
   return startWith(mode, { ...TEST_SECRETS, ...stack.env, ...extraEnv }, { stack, dir: null }, options);
 }
 
+/**
+ * One service for the tests of a describe block, with rate limits no test reaches. Call at the
+ * top of the block: it registers its own beforeAll/afterAll; the getter answers within a test.
+ */
+export function generousServiceForDescribe(mode: Mode): () => TestService {
+  let service: TestService | undefined;
+  beforeAll(async () => {
+    service = await startTestService(mode, { RATE_LIMITS: GENEROUS_RATE_LIMITS });
+  }, 60_000);
+  afterAll(async () => {
+    await service?.stop();
+  });
+  return () => {
+    if (service === undefined) throw new Error('the service runs only within the tests of its describe block');
+    return service;
+  };
+}
+
 /** JSON over real HTTP. */
 export async function api(
   service: Pick<TestService, 'baseUrl'>,

@@ -78,7 +78,8 @@ function runWorker(): void {
         const client = new HubClient({
           baseUrl: message.baseUrl,
           uuid: spec.uuid,
-          io: tunnelFrom(sourceAddress(message.worker, message.workers, i)),
+          // BENCH_HUBS_PER_ADDRESS=0: every hub from the machine's own address, as earlier runs did.
+          ...(HUBS_PER_ADDRESS > 0 ? { io: tunnelFrom(sourceAddress(message.worker, message.workers, i)) } : {}),
           tokens: { load: () => spec.token, save: () => undefined },
           // BENCH_CLIENT_TIMEOUT_MS: a longer wait for a machine too busy for the default 10 s (memory runs only).
           ...(process.env.BENCH_CLIENT_TIMEOUT_MS !== undefined ? { requestTimeoutMs: Number(process.env.BENCH_CLIENT_TIMEOUT_MS) } : {}),

@@ -242,6 +242,7 @@ async function compareLimiter(mode: string, tokens: Tokens, devices: readonly De
   const limiter: RateLimiter = {
     limitOf: (tier) => real.limitOf(tier),
     peek: (tier, key) => real.peek(tier, key),
+    refund: (tier, key) => real.refund(tier, key),
     consume: (tier, key) => {
       consumed++;
       return real.consume(tier, key);

@@ -22,14 +22,13 @@ export function withKeyedCounters(limiter: RateLimiter, key: Buffer): RateLimite
     }
     return name;
   };
-  const { refund } = limiter;
   return {
     consume: (tier, counter) => limiter.consume(tier, named(counter)),
     limitOf: (tier) => limiter.limitOf(tier),
-    // Every method of the limiter passes through under the same name (a refund that missed the
-    // wrapper counted successful tunnel handshakes against their IP).
-    ...(refund !== undefined ? { refund: (tier: Parameters<typeof refund>[0], counter: string) => refund.call(limiter, tier, named(counter)) } : {}),
-    // A peek is required of every limiter: one that missed the wrapper answered "allowed" for every address (handshake admission).
+    // Every method of the limiter passes through under the same name, and the interface requires
+    // each: a refund that missed the wrapper counted successful tunnel handshakes against their
+    // IP, and a peek that missed it answered "allowed" for every address (handshake admission).
+    refund: (tier, counter) => limiter.refund(tier, named(counter)),
     peek: (tier, counter) => limiter.peek(tier, named(counter)),
   };
 }

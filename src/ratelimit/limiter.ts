@@ -59,7 +59,7 @@ export interface RateLimiter {
    */
   peek(tier: Tier, key: string): Promise<Decision>;
   /** Gives back one point consumed (what turned out not to count); a store error is ignored. */
-  refund?(tier: Tier, key: string): Promise<void>;
+  refund(tier: Tier, key: string): Promise<void>;
   limitOf(tier: Tier): TierLimit;
 }
 

@@ -121,6 +121,9 @@ export function createAdmission(options: AdmissionOptions): Admission {
     shrunkAt = t;
   };
 
+  /** Handshakes answered per second of work: the last measurement or the fading best before it. */
+  const measuredRate = (): number => Math.max(answeredRate, peakRate);
+
   /**
    * What refused hubs are spread at: the pace, when there is one; else the pace the process
    * answers at. Not the lower of the two: a rate measured while the process was cold (its
@@ -129,7 +132,7 @@ export function createAdmission(options: AdmissionOptions): Admission {
    * idle while they waited. A hub booked too early is refused again, on the connection it
    * already has; one booked too late costs the whole fleet time.
    */
-  const paceNow = (): number => (rate > 0 ? rate : Math.max(answeredRate, peakRate, 1));
+  const paceNow = (): number => (rate > 0 ? rate : Math.max(measuredRate(), 1));
 
   /**
    * Refused hubs come back one after another at the pace; those refused because the event loop
@@ -140,7 +143,7 @@ export function createAdmission(options: AdmissionOptions): Admission {
    */
   const refuse = (t: number, late = false): number => {
     refused++;
-    const measured = Math.max(answeredRate, peakRate);
+    const measured = measuredRate();
     const pace = late && measured > 0 ? Math.max(Math.min(paceNow(), measured), 1) : paceNow();
     // Further than the latest second: booked on a clock that has run back since.
     if (booked > t + maxWait * 1000) booked = t;

@@ -46,7 +46,7 @@ export function handshakeLimiterFrom(limiter: RateLimiter, onRejected?: (tier: T
       return { allowed: decision.allowed, retryAfter: decision.retryAfter };
     },
     release(ip) {
-      void limiter.refund?.(TIER, `ip:${ip}`);
+      void limiter.refund(TIER, `ip:${ip}`);
     },
   };
 }

@@ -241,7 +241,6 @@ async function compareLimiter(mode: string, tokens: Tokens, devices: readonly De
   let consumed = 0;
   const limiter: RateLimiter = {
     limitOf: (tier) => real.limitOf(tier),
-    peek: (tier, key) => real.peek(tier, key),
     refund: (tier, key) => real.refund(tier, key),
     consume: (tier, key) => {
       consumed++;

@@ -26,9 +26,7 @@ export function withKeyedCounters(limiter: RateLimiter, key: Buffer): RateLimite
     consume: (tier, counter) => limiter.consume(tier, named(counter)),
     limitOf: (tier) => limiter.limitOf(tier),
     // Every method of the limiter passes through under the same name, and the interface requires
-    // each: a refund that missed the wrapper counted successful tunnel handshakes against their
-    // IP, and a peek that missed it answered "allowed" for every address (handshake admission).
+    // each: a refund that missed the wrapper counted successful tunnel handshakes against their IP.
     refund: (tier, counter) => limiter.refund(tier, named(counter)),
-    peek: (tier, counter) => limiter.peek(tier, named(counter)),
   };
 }

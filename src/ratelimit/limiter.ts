@@ -53,11 +53,6 @@ export interface Decision {
 
 export interface RateLimiter {
   consume(tier: Tier, key: string): Promise<Decision>;
-  /**
-   * What `consume` would answer now, counting nothing: refused when `key` has no point left.
-   * An unreachable store answers allowed, as `consume` does.
-   */
-  peek(tier: Tier, key: string): Promise<Decision>;
   /** Gives back one point consumed (what turned out not to count); a store error is ignored. */
   refund(tier: Tier, key: string): Promise<void>;
   limitOf(tier: Tier): TierLimit;
@@ -152,20 +147,6 @@ function build(
         return decision(limit, await within(limiter.consume(key, 1), guard?.timeoutMs ?? null), true, now);
       } catch (rejection) {
         if (rejection instanceof RateLimiterRes) return decision(limit, rejection, false, now);
-        return storeFailed(tier, rejection, now);
-      }
-    },
-    async peek(tier, key) {
-      const limit = limits[tier];
-      const now = Date.now();
-      if (now < pausedUntil) return failOpen(limit, now);
-      try {
-        const res = await within((limiters.get(tier) as RateLimiterAbstract).get(key), guard?.timeoutMs ?? null);
-        // No counter, or one whose window has ended (the memory store drops it on a timer that
-        // runs late while the event loop does): the next consume starts a new window.
-        if (res === null || res.msBeforeNext <= 0) return failOpen(limit, now);
-        return decision(limit, res, res.consumedPoints < limit.points, now);
-      } catch (rejection) {
         return storeFailed(tier, rejection, now);
       }
     },

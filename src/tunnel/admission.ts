@@ -263,9 +263,9 @@ export interface AddressLimit {
 
 /**
  * Installs admission as the namespace's first handshake step. A device handshake from an
- * address already past its limit of failed handshakes is refused by that limit (decisions §5:
- * `rate_limited`, `data: {retryAfter}`, before any token check), without taking a place of the
- * pace or the window: one address sending junk does not keep the fleet out.
+ * address this process has seen past its limit of failed handshakes is refused by that limit
+ * (decisions §5: `rate_limited`, `data: {retryAfter}`, before any token check), without taking
+ * a place of the pace or the window: one address sending junk does not keep the fleet out.
  */
 export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limit: AddressLimit): AdmittedHandshakes {
   const admittedAt = new WeakMap<TunnelSocket, number>();
@@ -288,14 +288,9 @@ export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limi
       admit(socket, next);
       return;
     }
-    limit.handshakes.check(limit.clientIp(request)).then(
-      (decision) => {
-        if (decision.allowed) admit(socket, next);
-        else next(new RateLimitedHandshake(decision.retryAfter));
-      },
-      // The limit could not be read: the next step counts the handshake all the same.
-      () => admit(socket, next),
-    );
+    const decision = limit.handshakes.check(limit.clientIp(request));
+    if (decision.allowed) admit(socket, next);
+    else next(new RateLimitedHandshake(decision.retryAfter));
   });
   return {
     settled(socket) {

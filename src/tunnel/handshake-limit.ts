@@ -9,13 +9,19 @@ import type { LimitDecision } from './limiter';
  * checked, so past the limit it is refused without any token check (`connect_error`
  * `rate_limited`, `data: {retryAfter}`); one that succeeds gives its point back, so only
  * failures count. Taking the point first keeps a burst of bad tokens sent at once within the
- * limit too. Separate from any pacing of handshakes a process applies for its own sake, which
- * asks `check` first: an IP already past its limit is refused by it, and takes no place of
- * the pace other hubs are admitted at.
+ * limit too.
+ *
+ * Separate from any pacing of handshakes a process applies for its own sake, which asks
+ * `check` first so that an address past its limit takes no place of the pace other hubs are
+ * admitted at. `check` asks no store: it answers from the refusals `admit` met in this process
+ * (each until its `retryAfter`). An address that another process (or failed HTTP requests)
+ * took past its limit is refused by `admit` at its first handshake here, and by `check` from
+ * then on: it takes at most one place of this process's pace per window. Asking the store
+ * instead cost every device handshake one more Redis round trip in distributed mode.
  */
 export interface HandshakeLimiter {
-  /** Whether `ip` is past its limit now, counting nothing (refused: what `admit` would answer). */
-  check(ip: string): Promise<LimitDecision>;
+  /** Whether `ip` is known here to be past its limit now (refused by `admit` within its window); counts nothing, asks nothing. */
+  check(ip: string): LimitDecision;
   /** Counts a handshake from `ip`; refused when the IP is past its limit. */
   admit(ip: string): Promise<LimitDecision>;
   /** The handshake from `ip` succeeded (or failed for the service's own reasons): it does not count. */
@@ -26,23 +32,39 @@ const TIER: Tier = 'general';
 
 const ALLOWED: LimitDecision = Object.freeze({ allowed: true, retryAfter: 0 });
 
+/** Addresses remembered as past their limit, at most (the oldest forgotten first: they are then asked of the store again). */
+export const REFUSED_ADDRESSES_KEPT = 10_000;
+
 export const unlimitedHandshakes: HandshakeLimiter = {
-  check: () => Promise.resolve(ALLOWED),
+  check: () => ALLOWED,
   admit: () => Promise.resolve(ALLOWED),
   release: () => undefined,
 };
 
 /** Handshakes in the service's general tier, keyed like unauthenticated HTTP requests (`ip:<address>`). */
-export function handshakeLimiterFrom(limiter: RateLimiter, onRejected?: (tier: Tier) => void): HandshakeLimiter {
+export function handshakeLimiterFrom(limiter: RateLimiter, onRejected?: (tier: Tier) => void, now: () => number = Date.now): HandshakeLimiter {
+  /** Address → when its refusal ends (ms), in the order refused. */
+  const refusedUntil = new Map<string, number>();
   return {
-    async check(ip) {
-      const decision = await limiter.peek(TIER, `ip:${ip}`);
-      if (!decision.allowed) onRejected?.(TIER);
-      return { allowed: decision.allowed, retryAfter: decision.retryAfter };
+    check(ip) {
+      const until = refusedUntil.get(ip);
+      if (until === undefined) return ALLOWED;
+      const left = until - now();
+      if (left <= 0) {
+        refusedUntil.delete(ip);
+        return ALLOWED;
+      }
+      onRejected?.(TIER);
+      return { allowed: false, retryAfter: Math.ceil(left / 1000) };
     },
     async admit(ip) {
       const decision = await limiter.consume(TIER, `ip:${ip}`);
-      if (!decision.allowed) onRejected?.(TIER);
+      refusedUntil.delete(ip);
+      if (!decision.allowed) {
+        onRejected?.(TIER);
+        refusedUntil.set(ip, now() + decision.retryAfter * 1000);
+        if (refusedUntil.size > REFUSED_ADDRESSES_KEPT) refusedUntil.delete(refusedUntil.keys().next().value as string);
+      }
       return { allowed: decision.allowed, retryAfter: decision.retryAfter };
     },
     release(ip) {

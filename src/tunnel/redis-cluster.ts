@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import Redis, { type RedisOptions } from 'ioredis';
+import Redis, { type ChainableCommander, type RedisOptions } from 'ioredis';
 import { createAdapter, createShardedAdapter } from '@socket.io/redis-adapter';
 import type { Namespace } from 'socket.io';
 import type { Logger } from '../logger';
@@ -81,6 +81,31 @@ if not owner then return {current, 0} end
 return {current, redis.call('EXISTS', ARGV[1] .. owner)}
 `;
 
+/**
+ * The scripts above as commands of the `pub` connection (ioredis's `defineCommand`): each is
+ * sent whole once per connection (EVAL), then by its SHA1 only (EVALSHA), and whole again when
+ * Redis answers NOSCRIPT (it restarted and lost its scripts). Sent whole with every call, the
+ * text was most of the bytes of a handshake's claim and lookup, and of the refresh of every
+ * connected device (test/tunnel/handshake-round-trips.test.ts counts them).
+ */
+interface DeviceScripts {
+  hhcClaimDevice(key: string, value: string, ttlMs: string): Promise<unknown>;
+  hhcReleaseDevice(key: string, claim: string): Promise<unknown>;
+  hhcLookupDevice(key: string, alivePrefix: string): Promise<[string, number]>;
+}
+
+interface DevicePipelineScripts {
+  hhcRefreshDevice(key: string, claim: string, owner: string, ttlMs: string): ChainableCommander;
+}
+
+function withDeviceScripts(redis: Redis): Redis & DeviceScripts {
+  redis.defineCommand('hhcClaimDevice', { numberOfKeys: 1, lua: CLAIM_SCRIPT });
+  redis.defineCommand('hhcReleaseDevice', { numberOfKeys: 1, lua: RELEASE_SCRIPT });
+  redis.defineCommand('hhcRefreshDevice', { numberOfKeys: 1, lua: REFRESH_SCRIPT });
+  redis.defineCommand('hhcLookupDevice', { numberOfKeys: 1, lua: LOOKUP_SCRIPT });
+  return redis as Redis & DeviceScripts;
+}
+
 function claimOf(value: string | null): DeviceClaim {
   if (value === null) return 0;
   const claim = Number(value.split(' ', 1)[0]);
@@ -122,7 +147,7 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
   // Adapter commands must never reject (the adapters do not always catch): while Redis is
   // away they wait in the offline queue, and broadcasts resume when it is back.
   const redisOptions: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, lazyConnect: false };
-  const pub = new Redis(options.url, { ...redisOptions, connectionName: `${prefix}:pub` });
+  const pub = withDeviceScripts(new Redis(options.url, { ...redisOptions, connectionName: `${prefix}:pub` }));
   const sub = new Redis(options.url, { ...redisOptions, ...SUBSCRIBER_OPTIONS, connectionName: `${prefix}:sub` });
   pub.on('error', (error: Error) => options.logger.warn({ err: error.message }, 'tunnel redis connection error'));
   sub.on('error', (error: Error) => options.logger.warn({ err: error.message }, 'tunnel redis subscriber connection error'));
@@ -248,20 +273,20 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
     },
 
     async claimDevice(uuid, socketId) {
-      const answer = await pub.eval(CLAIM_SCRIPT, 1, deviceKey(uuid), `${owner}:${socketId}`, String(deviceTtlMs));
+      const answer = await pub.hhcClaimDevice(deviceKey(uuid), `${owner}:${socketId}`, String(deviceTtlMs));
       const claim = Number(answer);
       if (!Number.isSafeInteger(claim)) throw new Error(`unexpected claim ${String(answer)}`);
       return claim;
     },
 
     async releaseDevice(uuid, claim) {
-      await pub.eval(RELEASE_SCRIPT, 1, deviceKey(uuid), String(claim));
+      await pub.hhcReleaseDevice(deviceKey(uuid), String(claim));
     },
 
     async refreshDevices(devices) {
       if (devices.length === 0) return;
-      const pipeline = pub.pipeline();
-      for (const d of devices) pipeline.eval(REFRESH_SCRIPT, 1, deviceKey(d.uuid), String(d.claim), owner, String(deviceTtlMs));
+      const pipeline = pub.pipeline() as ChainableCommander & DevicePipelineScripts;
+      for (const d of devices) pipeline.hhcRefreshDevice(deviceKey(d.uuid), String(d.claim), owner, String(deviceTtlMs));
       await pipeline.exec();
     },
 
@@ -287,7 +312,8 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
       const pending = lookups.get(uuid);
       if (pending !== undefined) return pending;
       const askedAt = Date.now();
-      const lookup = (pub.eval(LOOKUP_SCRIPT, 1, deviceKey(uuid), liveness.alivePrefix) as Promise<[string, number]>)
+      const lookup = pub
+        .hhcLookupDevice(deviceKey(uuid), liveness.alivePrefix)
         .then(([found, alive]) => {
           const value = found === '' ? null : found;
           const who = ownerOf(value);

@@ -2,7 +2,7 @@ import { DEFAULT_LIMITS, type Decision, type RateLimiter, type Tier } from '../.
 
 /**
  * A limiter that allows everything and records the counter names it is given, in order:
- * `consume` as the name, `peek` and `refund` as `peek <name>` and `refund <name>`.
+ * `consume` as the name, `refund` as `refund <name>`.
  */
 export function recordingLimiter(): { limiter: RateLimiter; names: string[] } {
   const names: string[] = [];
@@ -16,10 +16,6 @@ export function recordingLimiter(): { limiter: RateLimiter; names: string[] } {
       },
       refund: async (_tier: Tier, key: string) => {
         names.push(`refund ${key}`);
-      },
-      peek: async (_tier: Tier, key: string) => {
-        names.push(`peek ${key}`);
-        return decision;
       },
       limitOf: (tier: Tier) => DEFAULT_LIMITS[tier],
     },

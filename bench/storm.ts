@@ -23,7 +23,7 @@
  * Figures: bench/README.md.
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { Agent, get as httpGet } from 'node:http';
 import { createServer, connect as netConnect, type Socket } from 'node:net';
@@ -40,7 +40,7 @@ import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
 import type { EventStore } from '../src/infra/eventstore/port';
 import { TIERS } from '../src/ratelimit/limiter';
 import { heapOwners, ownerGrowth } from './heap-owners';
-import { admissionTimeline } from './storm-timeline';
+import { admissionTimeline, paceSetBy, type BusySecond, type PaceSetters } from './storm-timeline';
 
 const ROOT = resolve(__dirname, '..');
 const HUBS = Number(process.env.BENCH_HUBS ?? 20_000);
@@ -69,6 +69,32 @@ const DIST = resolve(ROOT, process.env.BENCH_DIST ?? 'dist');
 const CPUS = availableParallelism();
 const SERVICE_CPUS = '0';
 const FLEET_CPUS = CPUS > 1 ? `1-${CPUS - 1}` : '0';
+/** The cores the fleet has (pinned: all but the service's; else it shares all of them with the service). */
+const FLEET_CORES = PIN && CPUS > 1 ? CPUS - 1 : CPUS;
+
+/**
+ * Says so when the fleet, not the service, set the pace (bench/storm-timeline.ts `paceSetBy`):
+ * on a slower or busier machine the fleet's hubs run out of CPU and time out of connections the
+ * service would have served, and the run's times are then the bench machine's.
+ */
+function warnIfFleetBound(phase: string, setters: PaceSetters): void {
+  if (!setters.machineBound) return;
+  console.log(
+    `WARNING: in ${phase}, the service waited for CPU it was not given in ${setters.fleet + setters.crowded} of ${setters.seconds} seconds (the fleet out of CPU in ${setters.fleet}, every core busy with other work in ${setters.crowded}; the service busy in ${setters.service}): its times measure the bench machine, not the service. Fewer hubs, a slower ramp (BENCH_RAMP_PER_SECOND), a quiet or faster machine.`,
+  );
+}
+
+/**
+ * A fixed piece of work (JSON and SHA-256, one core), timed before the run: the same figure on
+ * two machines says they are as fast, and a run's times can be read against it.
+ */
+function machineReferenceMs(): number {
+  const started = performance.now();
+  const item = { uuid: '4f7d1c1e-2b3a-4c5d-8e9f-0a1b2c3d4e5f', name: 'Living room hub', isOnline: true, lastSeenAt: '2026-11-28T00:00:00.000Z', metadata: { firmware: '1.2.3', rooms: [1, 2, 3] } };
+  let digest = '';
+  for (let i = 0; i < 100_000; i++) digest = createHash('sha256').update(JSON.stringify({ ...item, i, digest })).digest('hex');
+  return Math.round(performance.now() - started);
+}
 
 const SECRETS = {
   JWT_ACCESS_SECRET: 'bench-access-secret-0123456789abcdef0123456789',
@@ -172,10 +198,13 @@ function rssBytes(pid: number): number {
 }
 
 /** CPU time (user + system) the process has used, seconds: what a busy machine's wall clock cannot say. */
+/** Clock ticks a second, the unit of /proc's CPU times (proc(5): `sysconf(_SC_CLK_TCK)`, 100 on Linux). */
+const CLOCK_TICKS = 100;
+
 function cpuSeconds(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
-  // utime and stime, fields 14 and 15 of proc(5), in clock ticks (100 a second).
-  return (Number(fields[11]) + Number(fields[12])) / 100;
+  // utime and stime, fields 14 and 15 of proc(5).
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
 }
 
 async function heapUsedBytes(baseUrl: string): Promise<number> {
@@ -325,6 +354,13 @@ async function serverDurations(baseUrl: string): Promise<Record<string, number> 
 }
 
 /** CPU seconds the fleet's workers have used. */
+/** CPU seconds every process of the machine has used (/proc/stat: all but idle and I/O wait). */
+function machineCpuSeconds(): number {
+  const fields = (readFileSync('/proc/stat', 'utf8').split('\n', 1)[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = fields;
+  return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS;
+}
+
 function fleetCpuSeconds(fleet: Fleet): number {
   return fleet.workers.reduce((sum, w) => sum + (w.pid !== undefined && w.exitCode === null ? cpuSeconds(w.pid) : 0), 0);
 }
@@ -353,7 +389,9 @@ async function admissionFigures(baseUrl: string): Promise<Record<string, number>
  * (bench/storm-timeline.ts). Says who the storm waits for: a service idle while hubs are
  * missing waits for their backoff or bookings, or for a fleet that is out of CPU.
  */
-function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, baseUrl: string): { stop(): string } {
+function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, baseUrl: string): { stop(): { rows: string; busy: BusySecond[] } } {
+  const busy: BusySecond[] = [];
+  let machine = machineCpuSeconds();
   let service = 0;
   let clients = fleetCpuSeconds(fleet);
   let scraping = false;
@@ -369,7 +407,12 @@ function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, base
       // Not started yet, or gone.
     }
     const fleetNow = fleetCpuSeconds(fleet);
-    timeline.second(`${Math.round((Date.now() - since) / 1000)}:${Math.round((now - service) * 100)}/${Math.round((fleetNow - clients) * 100)}/${fleet.total('back')}b${Math.round(own.max / 1e6)}`);
+    const machineNow = machineCpuSeconds();
+    const second = { service: Math.round((now - service) * 100), fleet: Math.round((fleetNow - clients) * 100), machine: Math.round((machineNow - machine) * 100) };
+    machine = machineNow;
+    // The first second's service figure counts from 0 (the process was not there yet).
+    if (service > 0) busy.push(second);
+    timeline.second(`${Math.round((Date.now() - since) / 1000)}:${second.service}/${second.fleet}/${fleet.total('back')}b${Math.round(own.max / 1e6)}`);
     own.reset();
     service = now;
     clients = fleetNow;
@@ -385,7 +428,7 @@ function cpuTimeline(servicePid: () => number, fleet: Fleet, since: number, base
     stop: () => {
       clearInterval(timer);
       own.disable();
-      return timeline.rows();
+      return { rows: timeline.rows(), busy };
     },
   };
 }
@@ -445,6 +488,8 @@ async function embedded(): Promise<void> {
     const { hubs, owner } = await prepare(store);
     await store.close();
     console.log(`prepared ${HUBS} hubs in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    const machineMs = machineReferenceMs();
+    console.log(`machine: the reference work (bench/storm.ts machineReferenceMs) took ${machineMs} ms`);
     const accessToken = tokens.signAccess({ sub: owner, email: 'owner@example.com', role: 'user' });
     const port = await freePort();
     const baseUrl = `http://127.0.0.1:${port}`;
@@ -462,8 +507,11 @@ async function embedded(): Promise<void> {
     const cpuBefore = cpuSeconds(service.child.pid ?? 0);
     const fleet = startFleet(baseUrl, hubs);
     cleanup.push(() => fleet.stop());
+    const coldBusy = cpuTimeline(() => service.child.pid ?? 0, fleet, Date.now(), baseUrl);
     await until('every hub connected', () => (fleet.total('connected') >= HUBS ? true : undefined), 250);
     const connectCpuMsPerHub = ((cpuSeconds(service.child.pid ?? 0) - cpuBefore) * 1000) / HUBS;
+    const coldPaceSetters = paceSetBy(coldBusy.stop().busy, FLEET_CORES, CPUS);
+    warnIfFleetBound('the cold connect', coldPaceSetters);
     console.log(`${HUBS} hubs connected in ${((performance.now() - t) / 1000).toFixed(1)} s, service CPU ${connectCpuMsPerHub.toFixed(2)} ms per hub, load ${loadavg()[0]?.toFixed(1)} (refusals ${JSON.stringify(fleet.refused())}, reconnections ${JSON.stringify(fleet.causes())})`);
     await sleep(IDLE_MS);
     const after = { rss: rssBytes(service.child.pid ?? 0), heap: await heapUsedBytes(baseUrl) };
@@ -506,7 +554,7 @@ async function embedded(): Promise<void> {
     }
 
     if (ONLY_MEMORY) {
-      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub, afterGc }, connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)), refusals: fleet.refused(), reconnections: fleet.causes(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
+      console.log(JSON.stringify({ mode: 'embedded', hubs: HUBS, machineMs, memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub, afterGc }, connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)), coldPaceSetBy: coldPaceSetters, refusals: fleet.refused(), reconnections: fleet.causes(), loadavg: loadavg().map((l) => Number(l.toFixed(2))) }, null, 2));
       await fleet.stop();
       service.child.kill('SIGTERM');
       await service.exited;
@@ -530,7 +578,9 @@ async function embedded(): Promise<void> {
     const allBack = await until('every hub back', () => (fleet.total('back') >= HUBS ? Date.now() - killedAt : undefined), 100);
     const reconnectCpuMsPerHub = ((cpuSeconds(service.child.pid ?? 0) - cpuServing) * 1000) / HUBS;
     const fleetReconnectCpuMsPerHub = ((fleetCpuSeconds(fleet) - fleetServing) * 1000) / HUBS;
-    const timeline = busy.stop();
+    const { rows: timeline, busy: seconds } = busy.stop();
+    const paceSetters = paceSetBy(seconds, FLEET_CORES, CPUS);
+    warnIfFleetBound('the storm', paceSetters);
     const samples = await app.stop();
     const serverSide = await serverDurations(baseUrl);
     const beats = { acceptedSinceKill: fleet.total('beatsOk'), failedSinceKill: fleet.total('beatsFailed') };
@@ -540,14 +590,17 @@ async function embedded(): Promise<void> {
     const result = {
       mode: 'embedded',
       hubs: HUBS,
+      machineMs,
       memory: { ...memory, heapSnapshotPerHubBytes: heapSnapshotPerHub },
       connectCpuMsPerHub: Number(connectCpuMsPerHub.toFixed(2)),
+      coldPaceSetBy: coldPaceSetters,
       healthAfterKillMs: health,
       devicesAfterKillMs: devices,
       allHubsBackAfterKillMs: allBack,
       reconnectCpuMsPerHub: Number(reconnectCpuMsPerHub.toFixed(2)),
       fleetReconnectCpuMsPerHub: Number(fleetReconnectCpuMsPerHub.toFixed(2)),
       timeline,
+      paceSetBy: paceSetters,
       reconnections: fleet.causes(),
       gaveUp: fleet.stopped(),
       refusals: fleet.refused(),

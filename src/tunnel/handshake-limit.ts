@@ -14,9 +14,11 @@ import type { LimitDecision } from './limiter';
  * Separate from any pacing of handshakes a process applies for its own sake, which asks
  * `check` first so that an address past its limit takes no place of the pace other hubs are
  * admitted at. `check` asks no store: it answers from the refusals `admit` met in this process
- * (each until its `retryAfter`). An address that another process (or failed HTTP requests)
+ * (each until its `retryAfter`, or until a handshake of the address admitted earlier gives its
+ * point back). An address that another process (or failed HTTP requests)
  * took past its limit is refused by `admit` at its first handshake here, and by `check` from
- * then on: it takes at most one place of this process's pace per window. Asking the store
+ * then on: it takes one place of this process's pace per window, or as many as it starts at
+ * once before that first refusal is answered (at most the pace's burst). Asking the store
  * instead cost every device handshake one more Redis round trip in distributed mode.
  */
 export interface HandshakeLimiter {
@@ -41,8 +43,17 @@ export const unlimitedHandshakes: HandshakeLimiter = {
   release: () => undefined,
 };
 
-/** Handshakes in the service's general tier, keyed like unauthenticated HTTP requests (`ip:<address>`). */
-export function handshakeLimiterFrom(limiter: RateLimiter, onRejected?: (tier: Tier) => void, now: () => number = Date.now): HandshakeLimiter {
+/**
+ * Handshakes in the service's general tier, keyed like unauthenticated HTTP requests (`ip:<address>`).
+ * Refusals are remembered on a monotonic clock (`now`, default `performance.now()`): on the
+ * wall clock, one stepped back kept an address refused by `check` for the step's length beyond
+ * its window (nothing asks the store again), and one stepped forward ended every refusal early.
+ */
+export function handshakeLimiterFrom(
+  limiter: RateLimiter,
+  onRejected?: (tier: Tier) => void,
+  now: () => number = () => performance.now(),
+): HandshakeLimiter {
   /** Address → when its refusal ends (ms), in the order refused. */
   const refusedUntil = new Map<string, number>();
   return {
@@ -68,6 +79,9 @@ export function handshakeLimiterFrom(limiter: RateLimiter, onRejected?: (tier: T
       return { allowed: decision.allowed, retryAfter: decision.retryAfter };
     },
     release(ip) {
+      // A handshake admitted before a refusal gave its point back: the store may have room for
+      // the address again (it counts only failures), so its next handshake is the store's to decide.
+      refusedUntil.delete(ip);
       void limiter.refund(TIER, `ip:${ip}`);
     },
   };

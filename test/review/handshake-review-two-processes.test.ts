@@ -1,0 +1,78 @@
+/**
+ * Two processes on one Redis, and an address past its limit of failed handshakes (decisions §5).
+ * `check` answers from the refusals this process met (src/tunnel/handshake-limit.ts), so on a
+ * process that has not seen the address refused its first handshake takes a place of the pace
+ * and is refused by the limit (the Redis counter); from then on the limit refuses it before
+ * admission, and the place stays free for the fleet. The pace here is one handshake a second,
+ * so a place taken shows as the next hub refused by admission (`data.message`).
+ */
+import { io } from 'socket.io-client';
+import { TIERS } from '../../src/ratelimit/limiter';
+import { ADMISSION_MESSAGE } from '../../src/tunnel/admission';
+import { createUser, type TestService } from '../support/harness';
+import { deviceToken, registerHub } from '../support/tunnel';
+import { twoProcesses } from '../support/two-processes';
+
+const { a, b } = twoProcesses({
+  env: {
+    RATE_LIMITS: TIERS.map((tier) => (tier === 'general' ? 'general=3/60' : `${tier}=1000000/60`)).join(','),
+    TRUST_PROXY: 'true',
+    TUNNEL_HANDSHAKES_PER_SECOND: '1',
+  },
+});
+
+interface Outcome {
+  readonly connected: boolean;
+  readonly message?: string;
+  readonly data?: { readonly retryAfter?: number; readonly message?: string };
+}
+
+/** A handshake from `ip` (X-Forwarded-For; TRUST_PROXY is on). */
+function handshake(service: TestService, ip: string, token: string): Promise<Outcome> {
+  const socket = io(`${service.baseUrl}/tunnel`, {
+    auth: { token },
+    transports: ['websocket'],
+    extraHeaders: { 'X-Forwarded-For': ip },
+    reconnection: false,
+    forceNew: true,
+    timeout: 5000,
+  });
+  return new Promise<Outcome>((resolve) => {
+    socket.once('connect', () => resolve({ connected: true }));
+    socket.once('connect_error', (error: Error & { data?: Outcome['data'] }) => resolve({ connected: false, message: error.message, ...(error.data !== undefined ? { data: error.data } : {}) }));
+  }).finally(() => socket.disconnect());
+}
+
+const refill = (): Promise<void> => new Promise((resolve) => setTimeout(resolve, 1100));
+
+test('an address refused on one process takes one place of the pace on the other, then none', async () => {
+  const owner = await createUser(a());
+  const hub = await registerHub(a(), owner);
+  const token = await deviceToken(a(), hub, owner);
+  const attacker = '203.0.113.77';
+  const fleet = '198.51.100.77';
+
+  // Past its limit on A.
+  for (let i = 0; i < 3; i++) {
+    expect(await handshake(a(), attacker, `junk-${i}`)).toMatchObject({ connected: false, message: 'unauthorized' });
+    await refill();
+  }
+  expect(await handshake(a(), attacker, 'junk-3')).toEqual({ connected: false, message: 'rate_limited', data: { retryAfter: expect.any(Number) } });
+  await refill();
+  // And on A, refused before admission from then on: the hub's place is still free.
+  expect(await handshake(a(), attacker, 'junk-4')).toMatchObject({ data: { retryAfter: expect.any(Number) } });
+  expect(await handshake(a(), fleet, token)).toEqual({ connected: true });
+
+  // B has not seen it: its first handshake there takes B's place of this second, and is refused by the limit.
+  await refill();
+  const first = await handshake(b(), attacker, 'junk-5');
+  expect(first).toEqual({ connected: false, message: 'rate_limited', data: { retryAfter: expect.any(Number) } });
+  expect(await handshake(b(), fleet, token)).toMatchObject({ connected: false, message: 'rate_limited', data: { message: ADMISSION_MESSAGE } });
+
+  // From then on B refuses it by the limit, before admission: the place goes to the hub.
+  await refill();
+  const second = await handshake(b(), attacker, 'junk-6');
+  expect(second).toEqual({ connected: false, message: 'rate_limited', data: { retryAfter: expect.any(Number) } });
+  expect(second.data?.retryAfter).toBeLessThanOrEqual(60);
+  expect(await handshake(b(), fleet, token)).toEqual({ connected: true });
+}, 60_000);

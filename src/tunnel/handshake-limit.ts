@@ -36,6 +36,12 @@ const ALLOWED: LimitDecision = Object.freeze({ allowed: true, retryAfter: 0 });
 
 /** Addresses remembered as past their limit, at most (the oldest forgotten first: they are then asked of the store again). */
 export const REFUSED_ADDRESSES_KEPT = 10_000;
+/**
+ * The longest address remembered (an IPv6 address with a zone is under 64 characters). With
+ * TRUST_PROXY trusting every hop, the address is what a client wrote in X-Forwarded-For, up to
+ * the size of a header: such a one is not remembered, and each of its handshakes asks the store.
+ */
+export const REMEMBERED_ADDRESS_MAX_LENGTH = 64;
 
 export const unlimitedHandshakes: HandshakeLimiter = {
   check: () => ALLOWED,
@@ -73,7 +79,7 @@ export function handshakeLimiterFrom(
       refusedUntil.delete(ip);
       if (!decision.allowed) {
         onRejected?.(TIER);
-        refusedUntil.set(ip, now() + decision.retryAfter * 1000);
+        if (ip.length <= REMEMBERED_ADDRESS_MAX_LENGTH) refusedUntil.set(ip, now() + decision.retryAfter * 1000);
         if (refusedUntil.size > REFUSED_ADDRESSES_KEPT) refusedUntil.delete(refusedUntil.keys().next().value as string);
       }
       return { allowed: decision.allowed, retryAfter: decision.retryAfter };

@@ -6,7 +6,7 @@
  * of the bound), never past the limit itself.
  */
 import { createMemoryRateLimiter, DEFAULT_LIMITS } from '../../src/ratelimit/limiter';
-import { handshakeLimiterFrom, REFUSED_ADDRESSES_KEPT } from '../../src/tunnel/handshake-limit';
+import { handshakeLimiterFrom, REFUSED_ADDRESSES_KEPT, REMEMBERED_ADDRESS_MAX_LENGTH } from '../../src/tunnel/handshake-limit';
 
 const address = (i: number): string => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 
@@ -28,3 +28,16 @@ test('past the bound the oldest refusal is forgotten: that address passes check 
   // Which made the next oldest the one forgotten.
   expect(handshakes.check(address(1))).toEqual({ allowed: true, retryAfter: 0 });
 }, 60_000);
+
+test('an "address" longer than any address (a forwarded header trusted blindly) is not remembered: the store refuses it each time', async () => {
+  const handshakes = handshakeLimiterFrom(createMemoryRateLimiter({ ...DEFAULT_LIMITS, general: { points: 1, durationSeconds: 60 } }));
+  const long = 'x'.repeat(REMEMBERED_ADDRESS_MAX_LENGTH + 1);
+  const ipv6 = 'fe80:0000:0000:0000:0202:b3ff:fe1e:8329%eth0';
+  for (const ip of [long, ipv6]) {
+    expect((await handshakes.admit(ip)).allowed).toBe(true);
+    expect((await handshakes.admit(ip)).allowed).toBe(false);
+  }
+  expect(handshakes.check(long)).toEqual({ allowed: true, retryAfter: 0 });
+  expect(await handshakes.admit(long)).toMatchObject({ allowed: false });
+  expect(handshakes.check(ipv6)).toMatchObject({ allowed: false });
+});

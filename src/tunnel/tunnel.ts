@@ -1,4 +1,4 @@
-import { ServerResponse, type IncomingMessage, type Server as HttpServer } from 'node:http';
+import type { IncomingMessage, Server as HttpServer } from 'node:http';
 import { Server } from 'socket.io';
 import { appOriginOf } from '../api/middleware';
 import type { AccessRevocations } from '../auth/access-revocations';
@@ -24,7 +24,7 @@ import { unlimited, type TunnelLimiter } from './limiter';
 import { peerAddress, unlimitedHandshakes, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 import { startExpirySweep } from './expiry';
 import { startLiveFeed } from './live-feed';
-import { dropUpgradeListener, TunnelWebSocketServer } from './websocket';
+import { dropUpgradeListener, releaseUpgradeResponse, TunnelWebSocketServer } from './websocket';
 
 /**
  * The tunnel (decisions §5): Socket.IO namespace `/tunnel` on the API's HTTP server. This
@@ -128,10 +128,10 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     ...(origin !== undefined ? { cors: { origin, credentials: true } } : {}),
   });
   // engine.io hands the middlewares a stand-in response for a WebSocket upgrade, which keeps the
-  // upgrade request (headers, raw headers, query) for as long as the TCP connection lives (a
-  // `close` listener on it holds the stand-in). Last of the middlewares: once they ran, it lets go.
+  // upgrade request for as long as the TCP connection lives. Last of the middlewares: once they
+  // ran, the stand-in, and the request it holds, are let go (src/tunnel/websocket.ts).
   io.engine.use((_req: IncomingMessage, res: unknown, next: (error?: unknown) => void) => {
-    if (!(res instanceof ServerResponse) && typeof res === 'object' && res !== null) (res as { req: unknown }).req = null;
+    releaseUpgradeResponse(res);
     next();
   });
   io.engine.on('connection', dropUpgradeListener);

@@ -1,3 +1,5 @@
+import { ServerResponse } from 'node:http';
+import { Socket as NetSocket } from 'node:net';
 import { WebSocket, WebSocketServer, type ServerOptions } from 'ws';
 
 /**
@@ -72,3 +74,34 @@ export function dropUpgradeListener(engineSocket: { transport?: unknown }): void
   if (listeners.length < 2) return;
   for (const listener of listeners) if (listener.name === 'onUpgradeError') listening.removeListener('error', listener);
 }
+
+/**
+ * The `close` listener engine.io's stand-in response (`WebSocketResponse`) puts on the TCP
+ * connection, as engine.io 6 writes it: `socket.once("close", () => this.emit("close"))`, its
+ * source without white space (the bundled service is minified). It tells middlewares that
+ * listen to the stand-in (logging ones do) that the connection ended; none of the tunnel's does.
+ */
+const STAND_IN_CLOSE_LISTENER = /^\(\)=>this\.emit\(["'`]close["'`]\)$/;
+const isStandInListener = (listener: unknown): boolean => STAND_IN_CLOSE_LISTENER.test(String(listener).replace(/\s+/g, ''));
+
+/**
+ * engine.io hands its middlewares a stand-in response for a WebSocket upgrade (`res` is not a
+ * `ServerResponse` then). The stand-in keeps the upgrade request (headers, raw headers, query),
+ * and a `close` listener on the TCP connection keeps the stand-in (its own listener table
+ * included), both for as long as the connection lives: about half a kilobyte per idle hub.
+ * Called by the last of the middlewares, once none needs them any more: the request is let go,
+ * and so is the listener (found by its source text: if engine.io writes it differently, it is
+ * left where it is and test/tunnel/factory.test.ts says so).
+ */
+export function releaseUpgradeResponse(res: unknown): void {
+  if (res instanceof ServerResponse || typeof res !== 'object' || res === null) return;
+  const standIn = res as { req: unknown; socket?: unknown };
+  standIn.req = null;
+  const connection = standIn.socket;
+  if (!(connection instanceof NetSocket)) return;
+  // `listeners` gives a `once` listener unwrapped, and `removeListener` takes it so.
+  for (const listener of connection.listeners('close')) {
+    if (isStandInListener(listener)) connection.removeListener('close', listener as (...args: unknown[]) => void);
+  }
+}
+

@@ -28,6 +28,27 @@ describe('VerifiedTokens', () => {
     expect(kept.size).toBe(0);
   });
 
+  test('keeps a 32-byte digest of each token, not its text: the token string is not held', () => {
+    const kept = new VerifiedTokens<{ exp: number }>(10, () => 0);
+    const token = jwt.sign({ sub: 'u', type: 'device', deviceUuid: 'd'.repeat(36), gen: 0 }, 'd'.repeat(32), { expiresIn: 60 });
+    kept.remember(token, { exp: 100 });
+    const keys = [...(kept as unknown as { entries: Map<string, unknown> }).entries.keys()];
+    expect(keys).toHaveLength(1);
+    expect(keys[0]).toHaveLength(32);
+    expect(keys[0]).not.toBe(token);
+    // Found again from the same text, written anew (not the same string object).
+    expect(kept.get(token.split('.').join('.'))).toEqual({ exp: 100 });
+  });
+
+  test('a token that is not all printable ASCII is never remembered (one digest is one text)', () => {
+    const kept = new VerifiedTokens<{ exp: number }>(10, () => 0);
+    for (const token of ['t\u00e9', 'a b', 'x\ud800']) {
+      expect(kept.remember(token, { exp: 100 })).toEqual({ exp: 100 });
+      expect(kept.get(token)).toBeUndefined();
+    }
+    expect(kept.size).toBe(0);
+  });
+
   test('is bounded: past its capacity the oldest entry gives way', () => {
     const kept = new VerifiedTokens<{ exp: number }>(3, () => 0);
     for (const t of ['a', 'b', 'c', 'd']) kept.remember(t, { exp: 100 });

@@ -16,6 +16,7 @@ import type { DeviceStatus, MessageAck, MessageToDevice, SubscribeAck, TunnelErr
 import type { LimitDecision, TunnelLimiter, TunnelLimitKind, TunnelPrincipal } from '../../src/tunnel/limiter';
 import { createTunnel, type Tunnel, type TunnelOptions } from '../../src/tunnel/tunnel';
 import { TunnelWebSocket } from '../../src/tunnel/websocket';
+import { collectGarbage } from '../support/gc';
 import { TEST_SECRETS } from '../support/server';
 import { connect, request, type Probe } from '../support/tunnel';
 
@@ -209,6 +210,38 @@ describe('what an idle socket keeps', () => {
 
       // Still a working socket: the next message is relayed as before.
       expect(await request<MessageAck>(device, 'tunnel:message', { type: 'small', payload: 1 })).toEqual({ success: true, delivered: true });
+    } finally {
+      await r.stop();
+    }
+  });
+
+  test("engine.io's stand-in response for the upgrade is let go: its close listener on the TCP connection is gone once the hub is connected", async () => {
+    const r = await rig({});
+    try {
+      // engine.io's own `upgrade` listener ran first: the stand-in's listener is the connection's last.
+      let standInListener: WeakRef<object> | undefined;
+      let standInSource = '';
+      let connection: NetSocket | undefined;
+      r.server.on('upgrade', (_req, upgraded: NetSocket) => {
+        connection = upgraded;
+        const last = upgraded.listeners('close').at(-1);
+        standInSource = String(last);
+        if (last !== undefined) standInListener = new WeakRef(last);
+      });
+      const { token } = await givenDevice(r.eventStore, randomUUID());
+      const device = await on(r, token);
+      expect(standInSource).toBe('() => this.emit("close")');
+      await collectGarbage();
+      // Nothing holds the listener (and so the stand-in it calls) any more.
+      expect(standInListener?.deref()).toBeUndefined();
+      expect((connection as NetSocket).listeners('close').map(String)).not.toContain(standInSource);
+
+      // Still a working socket, and its end still heard: the device goes offline when it leaves.
+      expect(await request<MessageAck>(device, 'tunnel:message', { type: 'after', payload: 1 })).toEqual({ success: true, delivered: true });
+      expect(r.tunnel.stats().deviceSockets).toBe(1);
+      device.socket.disconnect();
+      for (let i = 0; i < 100 && r.tunnel.stats().deviceSockets > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(r.tunnel.stats().deviceSockets).toBe(0);
     } finally {
       await r.stop();
     }

@@ -160,16 +160,21 @@ describe('the event loop\'s delay', () => {
     expect(admission.stats()).toMatchObject({ refusedLate: 1 });
   });
 
-  test('late before a second of work is measured: refused hubs are spread at the rate of the answers so far, not at the pace', () => {
+  /** A process that admitted 10 handshakes at once, then at 400 ms had answered `answered` of them, its loop late since. */
+  const lateFromTheStart = (answered: number): ReturnType<typeof createAdmission> => {
     let t = 0;
     let delay = 0;
     const admission = createAdmission({ perSecond: 1000, window: false, loopDelay: () => delay, maxLoopDelayMs: 500, now: () => t });
-    // A process starved from its first handshakes: 10 in flight, 2 answered in 400 ms (5 a second), the loop late since.
     for (let i = 0; i < 10; i++) expect(admission.decide()).toBeNull();
     t = 400;
     delay = 800;
-    admission.settled(0);
-    admission.settled(0);
+    for (let i = 0; i < answered; i++) admission.settled(0);
+    return admission;
+  };
+
+  test('late before a second of work is measured: refused hubs are spread at the rate of the answers so far, not at the pace', () => {
+    // Starved from its first handshakes: 2 answered in 400 ms, 5 a second.
+    const admission = lateFromTheStart(2);
     const waits = Array.from({ length: 20 }, () => admission.decide());
     // At 1,000 a second every one would come back within the second; at 5 a second, the 20th after 4 s.
     expect(waits[0]).toBe(1);
@@ -178,12 +183,7 @@ describe('the event loop\'s delay', () => {
   });
 
   test('late with none answered yet: refused hubs are spread at the pace (nothing says the rate)', () => {
-    let t = 0;
-    let delay = 0;
-    const admission = createAdmission({ perSecond: 1000, window: false, loopDelay: () => delay, maxLoopDelayMs: 500, now: () => t });
-    for (let i = 0; i < 10; i++) expect(admission.decide()).toBeNull();
-    t = 400;
-    delay = 800;
+    const admission = lateFromTheStart(0);
     expect(Array.from({ length: 20 }, () => admission.decide())).toEqual(Array(20).fill(1));
   });
 

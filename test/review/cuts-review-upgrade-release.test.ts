@@ -19,8 +19,9 @@ jest.setTimeout(60_000);
 
 let service: TestService;
 /** Per upgrade request the service saw: its TCP connection and the `close` listeners it had once engine.io had its own on it. */
-const upgrades: Array<{ connection: NetSocket; atUpgrade: Function[] }> = [];
-const originalEmit = HttpServer.prototype.emit;
+type Listener = (...args: unknown[]) => void;
+const upgrades: Array<{ connection: NetSocket; atUpgrade: Listener[] }> = [];
+const originalEmit = HttpServer.prototype.emit as (this: HttpServer, event: string | symbol, ...args: unknown[]) => boolean;
 
 beforeAll(async () => {
   // engine.io's `upgrade` handler builds the stand-in synchronously: right after it, the
@@ -29,7 +30,7 @@ beforeAll(async () => {
     const handled = originalEmit.call(this, event, ...args);
     if (event === 'upgrade') {
       const connection = args[1] as NetSocket;
-      upgrades.push({ connection, atUpgrade: connection.listeners('close') });
+      upgrades.push({ connection, atUpgrade: connection.listeners('close') as Listener[] });
     }
     return handled;
   } as typeof HttpServer.prototype.emit;
@@ -37,11 +38,11 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  HttpServer.prototype.emit = originalEmit;
+  HttpServer.prototype.emit = originalEmit as typeof HttpServer.prototype.emit;
   await service.stop();
 });
 
-const standIn = (listener: Function): boolean => String(listener).replace(/\s+/g, '') === '()=>this.emit("close")';
+const standIn = (listener: Listener): boolean => String(listener).replace(/\s+/g, '') === '()=>this.emit("close")';
 
 async function socketsOpen(): Promise<number> {
   return (await scrape(service)).value('tunnel_sockets');
@@ -71,7 +72,7 @@ test('only the stand-in listener is taken off an upgraded connection; every othe
   expect(upgrades.length - seen).toBe(2);
   for (const { connection, atUpgrade } of upgrades.slice(seen)) {
     expect(atUpgrade.filter(standIn)).toHaveLength(1);
-    const now = connection.listeners('close');
+    const now = connection.listeners('close') as Listener[];
     expect(now.filter(standIn)).toHaveLength(0);
     for (const listener of atUpgrade) if (!standIn(listener)) expect(now).toContain(listener);
   }

@@ -125,18 +125,6 @@ export function createAdmission(options: AdmissionOptions): Admission {
   const measuredRate = (): number => Math.max(answeredRate, peakRate);
 
   /**
-   * The same, or before a second of work has been measured (a process just started, starved of
-   * CPU from its first handshake), the rate of the answers so far over the time handshakes have
-   * been in flight; 0 while none has been answered.
-   */
-  const rateSoFar = (t: number): number => {
-    const measured = measuredRate();
-    if (measured > 0 || answeredInPeriod === 0) return measured;
-    const busy = busyMs + (inFlight > 0 ? Math.max(0, t - changedAt) : 0);
-    return busy > 0 ? (answeredInPeriod * 1000) / busy : 0;
-  };
-
-  /**
    * What refused hubs are spread at: the pace, when there is one; else the pace the process
    * answers at. Not the lower of the two: a rate measured while the process was cold (its
    * first handshakes after a restart read every device and wait behind the start's work)
@@ -148,15 +136,15 @@ export function createAdmission(options: AdmissionOptions): Admission {
 
   /**
    * Refused hubs come back one after another at the pace; those refused because the event loop
-   * is late, no faster than the process answers (`rateSoFar`; at the pace until one handshake
-   * has been answered). A refusal is work too (a new WebSocket,
+   * is late, no faster than the process answers (at the pace until a rate is measured: a
+   * second of handshakes in flight and one answered). A refusal is work too (a new WebSocket,
    * the engine.io open, the refusal): hubs sent back at a pace far above what a process starved
    * of CPU answers keep it late with refusals alone, and it admits next to none of them.
    */
   const refuse = (t: number, late = false): number => {
     refused++;
-    const measured = late ? rateSoFar(t) : 0;
-    const pace = measured > 0 ? Math.max(Math.min(paceNow(), measured), 1) : paceNow();
+    const measured = measuredRate();
+    const pace = late && measured > 0 ? Math.max(Math.min(paceNow(), measured), 1) : paceNow();
     // Further than the latest second: booked on a clock that has run back since.
     if (booked > t + maxWait * 1000) booked = t;
     booked = Math.min(Math.max(booked, t) + 1000 / pace, t + maxWait * 1000);

@@ -160,33 +160,6 @@ describe('the event loop\'s delay', () => {
     expect(admission.stats()).toMatchObject({ refusedLate: 1 });
   });
 
-  /** A process that admitted 10 handshakes at once, then at 400 ms had answered `answered` of them, its loop late since. */
-  const lateFromTheStart = (answered: number): ReturnType<typeof createAdmission> => {
-    let t = 0;
-    let delay = 0;
-    const admission = createAdmission({ perSecond: 1000, window: false, loopDelay: () => delay, maxLoopDelayMs: 500, now: () => t });
-    for (let i = 0; i < 10; i++) expect(admission.decide()).toBeNull();
-    t = 400;
-    delay = 800;
-    for (let i = 0; i < answered; i++) admission.settled(0);
-    return admission;
-  };
-
-  test('late before a second of work is measured: refused hubs are spread at the rate of the answers so far, not at the pace', () => {
-    // Starved from its first handshakes: 2 answered in 400 ms, 5 a second.
-    const admission = lateFromTheStart(2);
-    const waits = Array.from({ length: 20 }, () => admission.decide());
-    // At 1,000 a second every one would come back within the second; at 5 a second, the 20th after 4 s.
-    expect(waits[0]).toBe(1);
-    expect(waits[19]).toBe(4);
-    expect(admission.stats()).toMatchObject({ refusedLate: 20 });
-  });
-
-  test('late with none answered yet: refused hubs are spread at the pace (nothing says the rate)', () => {
-    const admission = lateFromTheStart(0);
-    expect(Array.from({ length: 20 }, () => admission.decide())).toEqual(Array(20).fill(1));
-  });
-
   test('a late answer closes the window to a tenth below what was in flight, not below what it was', () => {
     let t = 0;
     const admission = createAdmission({ perSecond: 0, window: { initial: 1000, min: 2, targetMs: 1000 }, now: () => t });

@@ -1,10 +1,11 @@
 import { createAdmission } from '../../src/tunnel/admission';
 
 /**
- * Refusals while the loop is late, before a second of work is measured, are booked at the rate
- * of the answers so far (src/tunnel/admission.ts `rateSoFar`). Whatever the clock does (steps
+ * Refusals while the loop is late (src/tunnel/admission.ts): whatever the clock does (steps
  * back, stands still, jumps far ahead) and whenever the first answer comes, a refused hub is
  * told a whole number of seconds between 1 and the latest second, and the pace stays a number.
+ * (Written against a provisional rate of the answers so far, since taken back; the bounds hold
+ * for any rate.)
  */
 
 /** Deterministic: a linear congruential generator. */

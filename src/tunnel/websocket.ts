@@ -82,7 +82,9 @@ export function dropUpgradeListener(engineSocket: { transport?: unknown }): void
  * listen to the stand-in (logging ones do) that the connection ended; none of the tunnel's does.
  */
 const STAND_IN_CLOSE_LISTENER = /^\(\)=>this\.emit\(["'`]close["'`]\)$/;
-const isStandInListener = (listener: unknown): boolean => STAND_IN_CLOSE_LISTENER.test(String(listener).replace(/\s+/g, ''));
+// An arrow function written in place has no name: the named listeners (`ws`'s, the tunnel's own) are not turned into text.
+const isStandInListener = (listener: unknown): boolean =>
+  typeof listener === 'function' && listener.name === '' && STAND_IN_CLOSE_LISTENER.test(String(listener).replace(/\s+/g, ''));
 
 /**
  * engine.io hands its middlewares a stand-in response for a WebSocket upgrade (`res` is not a

@@ -7,11 +7,10 @@
  * own count (`tunnel_device_handshakes_total{outcome="admitted"}`), not from a hub refused
  * within the same second, which a slow machine would not keep to.
  */
-import { io } from 'socket.io-client';
 import { TIERS } from '../../src/ratelimit/limiter';
-import { createUser, type TestService } from '../support/harness';
+import { createUser } from '../support/harness';
 import { scrape } from '../support/metrics';
-import { deviceToken, registerHub } from '../support/tunnel';
+import { deviceToken, handshakeFrom as handshake, registerHub } from '../support/tunnel';
 import { twoProcesses } from '../support/two-processes';
 
 const { a, b } = twoProcesses({
@@ -21,28 +20,6 @@ const { a, b } = twoProcesses({
     TUNNEL_HANDSHAKES_PER_SECOND: '1',
   },
 });
-
-interface Outcome {
-  readonly connected: boolean;
-  readonly message?: string;
-  readonly data?: { readonly retryAfter?: number; readonly message?: string };
-}
-
-/** A handshake from `ip` (X-Forwarded-For; TRUST_PROXY is on). */
-function handshake(service: TestService, ip: string, token: string): Promise<Outcome> {
-  const socket = io(`${service.baseUrl}/tunnel`, {
-    auth: { token },
-    transports: ['websocket'],
-    extraHeaders: { 'X-Forwarded-For': ip },
-    reconnection: false,
-    forceNew: true,
-    timeout: 5000,
-  });
-  return new Promise<Outcome>((resolve) => {
-    socket.once('connect', () => resolve({ connected: true }));
-    socket.once('connect_error', (error: Error & { data?: Outcome['data'] }) => resolve({ connected: false, message: error.message, ...(error.data !== undefined ? { data: error.data } : {}) }));
-  }).finally(() => socket.disconnect());
-}
 
 const refill = (): Promise<void> => new Promise((resolve) => setTimeout(resolve, 1100));
 

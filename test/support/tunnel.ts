@@ -72,14 +72,36 @@ function probe(socket: TunnelClient): Probe {
   };
 }
 
-function open(baseUrl: string, auth: Record<string, unknown> | undefined, namespace = '/tunnel'): TunnelClient {
+function open(baseUrl: string, auth: Record<string, unknown> | undefined, namespace = '/tunnel', headers?: Record<string, string>): TunnelClient {
   return io(`${baseUrl}${namespace}`, {
     ...(auth !== undefined ? { auth } : {}),
+    ...(headers !== undefined ? { extraHeaders: headers } : {}),
     transports: ['websocket'],
     reconnection: false,
     forceNew: true,
     timeout: 5000,
   });
+}
+
+/** How one handshake ended: connected, or its connect_error's message and data. */
+export interface HandshakeOutcome {
+  readonly connected: boolean;
+  readonly message?: string;
+  readonly data?: { readonly retryAfter?: number; readonly message?: string };
+}
+
+/**
+ * One handshake from client address `ip`, sent as X-Forwarded-For (the service must trust it:
+ * TRUST_PROXY), then closed.
+ */
+export function handshakeFrom(target: Pick<TestService, 'baseUrl'>, ip: string, token: string): Promise<HandshakeOutcome> {
+  const socket = open(target.baseUrl, { token }, '/tunnel', { 'X-Forwarded-For': ip });
+  return new Promise<HandshakeOutcome>((resolve) => {
+    socket.once('connect', () => resolve({ connected: true }));
+    socket.once('connect_error', (error: Error & { data?: HandshakeOutcome['data'] }) =>
+      resolve({ connected: false, message: error.message, ...(error.data !== undefined ? { data: error.data } : {}) }),
+    );
+  }).finally(() => socket.disconnect());
 }
 
 /** A connected socket; fails with the connect_error when refused. */

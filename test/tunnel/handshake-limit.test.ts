@@ -1,7 +1,6 @@
-import { io } from 'socket.io-client';
 import type { TunnelError } from '../../src/tunnel/events';
 import { createUser, MODES, startTestService, type Mode, type TestService } from '../support/harness';
-import { connect, deviceToken, registerHub, request, type Probe } from '../support/tunnel';
+import { connect, deviceToken, handshakeFrom, registerHub, request, type HandshakeOutcome, type Probe } from '../support/tunnel';
 
 /**
  * Tunnel handshakes and events under the rate limits (decisions §5, §6): failed handshakes
@@ -10,12 +9,6 @@ import { connect, deviceToken, registerHub, request, type Probe } from '../suppo
  * {retryAfter}`). Tunnel events are counted before they are validated, so invalid payloads
  * use up the budget as valid ones do.
  */
-
-interface Outcome {
-  readonly connected: boolean;
-  readonly message?: string;
-  readonly data?: unknown;
-}
 
 describe.each<Mode>(MODES)('tunnel handshakes and events under the rate limits (%s mode)', (mode) => {
   let service: TestService;
@@ -34,20 +27,7 @@ describe.each<Mode>(MODES)('tunnel handshakes and events under the rate limits (
   });
 
   /** A handshake from `ip` (X-Forwarded-For; TRUST_PROXY is on, as for HTTP). */
-  const handshake = (ip: string, token: string): Promise<Outcome> => {
-    const socket = io(`${service.baseUrl}/tunnel`, {
-      auth: { token },
-      transports: ['websocket'],
-      extraHeaders: { 'X-Forwarded-For': ip },
-      reconnection: false,
-      forceNew: true,
-      timeout: 5000,
-    });
-    return new Promise<Outcome>((resolve) => {
-      socket.once('connect', () => resolve({ connected: true }));
-      socket.once('connect_error', (error: Error & { data?: unknown }) => resolve({ connected: false, message: error.message, data: error.data }));
-    }).finally(() => socket.disconnect());
-  };
+  const handshake = (ip: string, token: string): Promise<HandshakeOutcome> => handshakeFrom(service, ip, token);
 
   test('failed handshakes: 5 per IP, then rate_limited before any token check, even for a good token; other IPs unaffected', async () => {
     const user = await createUser(service);

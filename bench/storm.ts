@@ -33,7 +33,8 @@ import { join, resolve } from 'node:path';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { createTokens } from '../src/auth/tokens';
-import { newCommandContext, toNewEvents } from '../src/commands/handler';
+import { createStateCache, handleCommand, newCommandContext, toNewEvents } from '../src/commands/handler';
+import { createDeviceSnapshots } from '../src/commands/snapshots';
 import { deviceDecider, type DeviceState } from '../src/domain/device';
 import { deviceStream } from '../src/domain/events';
 import { openEmbeddedEventStore } from '../src/infra/eventstore/embedded';
@@ -51,6 +52,13 @@ const APP_EVERY_MS = Number(process.env.BENCH_APP_EVERY_MS ?? 20);
 const HEAP_SNAPSHOT = process.env.BENCH_HEAP_SNAPSHOT === '1';
 const IDLE_MS = Number(process.env.BENCH_IDLE_SECONDS ?? 10) * 1000;
 const DEVICES_PER_OWNER = 50;
+/**
+ * Presence changes in each device's history before the service starts (BENCH_HISTORY, 0):
+ * that many offline/online pairs per device, written round after round over the whole fleet
+ * as they happen in time, so one device's events lie far apart in the log. A fleet that has
+ * run for months has dropped off and come back many times; its device streams are that long.
+ */
+const HISTORY = Number(process.env.BENCH_HISTORY ?? 0);
 /** Extra Node options of the service (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`). */
 const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** Extra Node options of the fleet's workers (e.g. `--cpu-prof --cpu-prof-dir=/tmp/fleet-prof`). */
@@ -120,7 +128,7 @@ async function prepare(eventStore: EventStore): Promise<{ hubs: HubSpec[]; owner
     const uuid = randomUUID();
     const id = randomUUID();
     const owner = owners[Math.floor(i / DEVICES_PER_OWNER)] ?? '';
-    const now = new Date().toISOString();
+    const now = new Date(Date.now() - HISTORY * 600_000 - 60_000).toISOString();
     const decided = deviceDecider.decide(
       { type: 'RegisterDevice', data: { id, uuid, deviceId: `HUB-${i}`, name: `Hub ${i}`, actorUserId: owner, linkId: randomUUID(), ownedDeviceCount: 0, maxDevicesPerUser: 100, now } },
       deviceDecider.initialState() as DeviceState,
@@ -128,6 +136,27 @@ async function prepare(eventStore: EventStore): Promise<{ hubs: HubSpec[]; owner
     batch.push(eventStore.append(deviceStream(uuid), toNewEvents(decided, newCommandContext({ type: 'user', id: owner }, randomUUID()), now), 'no_stream'));
     if (batch.length >= 500) await Promise.all(batch.splice(0));
     hubs.push({ uuid, token: tokens.signDevice({ sub: id, deviceUuid: uuid, gen: 0 }) });
+  }
+  await Promise.all(batch);
+  // The history through the service's own command path (presence's commands, with snapshots and
+  // a fold cache, as the expiry role writes it), an outage every ten minutes ending now.
+  const snapshots = createDeviceSnapshots(eventStore);
+  const cache = createStateCache<DeviceState>(HUBS);
+  const context = newCommandContext({ type: 'system', id: 'presence-expiry' }, randomUUID());
+  for (let round = 0; round < HISTORY; round++) {
+    const online = Date.now() - (HISTORY - round) * 600_000;
+    const heartbeatAt = new Date(online).toISOString();
+    const offlineAt = new Date(online + 300_000).toISOString();
+    const clock = { now: () => new Date(offlineAt) };
+    for (const { uuid } of hubs) {
+      batch.push(
+        (async () => {
+          await handleCommand(eventStore, deviceDecider, deviceStream(uuid), { type: 'ConfirmPresence', data: { uuid, heartbeatAt, now: heartbeatAt } }, context, clock, { cache, snapshots });
+          await handleCommand(eventStore, deviceDecider, deviceStream(uuid), { type: 'MarkOffline', data: { uuid, lastHeartbeatAt: heartbeatAt, offlineAfterSeconds: 300, now: offlineAt } }, context, clock, { cache, snapshots });
+        })(),
+      );
+      if (batch.length >= 500) await Promise.all(batch.splice(0));
+    }
   }
   await Promise.all(batch);
   return { hubs, owner: owners[0] ?? '' };

@@ -21,6 +21,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import { countOwnedDevices, findDeviceByInternalId } from '../projections/devices';
 import { findUserByEmail } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
+import { createDeviceSnapshots } from './snapshots';
 import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
 
 /** `heartbeat-<uuid>` keeps a week by default: enough for the offline expiry and for auditors, never a long read. */
@@ -120,9 +121,10 @@ function actingUser(ctx: CommandContext): string {
 export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
   const { eventStore, readStore, clock } = deps;
   const cache = deps.deviceStates ?? createStateCache<DeviceState>(DEVICE_STATE_CACHE_SIZE);
+  const snapshots = createDeviceSnapshots(eventStore);
 
   const run = (uuid: string, command: DeviceCommand, ctx: CommandContext): Promise<HandledCommand<DeviceState, DeviceEvent>> =>
-    handleCommand(eventStore, deviceDecider, deviceStream(uuid), command, ctx, clock, { cache });
+    handleCommand(eventStore, deviceDecider, deviceStream(uuid), command, ctx, clock, { cache, snapshots });
 
   /** Read-your-writes: answer only once the projections have applied what was appended. */
   const settle = async (position: GlobalPosition | null): Promise<void> => {
@@ -214,7 +216,7 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
 
     async renewToken(uuid, tokenGen) {
       const stream = deviceStream(uuid);
-      const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, cache.get(stream));
+      const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, cache.get(stream), snapshots);
       if (known.revision >= 0n) cache.set(stream, known);
       if (known.state.status !== 'active' || known.state.gen !== tokenGen) throw new UnauthorizedError(DEVICE_MESSAGES.tokenRevoked);
       return known.state;
@@ -258,7 +260,7 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
       // 401 for a revoked token, before the heartbeat is recorded. A fold that refuses it may
       // predate a newer token issued through another process: only a fresh read refuses.
       if (folded === undefined || !acceptsHeartbeat(command, folded.state)) {
-        const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, folded);
+        const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, folded, snapshots);
         if (known.revision >= 0n) cache.set(stream, known);
         deviceDecider.decide(command, known.state);
       }

@@ -3,6 +3,7 @@ import { deviceDecider, offlineDeadline, type DeviceState, type HeartbeatReceive
 import { deviceStream, heartbeatStream } from '../domain/events';
 import type { Actor } from '../domain/messages';
 import type { EventStore } from '../infra/eventstore/port';
+import { createDeviceSnapshots } from './snapshots';
 import { createStateCache, handleCommand, newCommandContext, type Clock, type CommandContext, type StateCache } from './handler';
 
 /**
@@ -64,6 +65,7 @@ export function nextCheckAt(outcome: ExpiryOutcome): number | null {
 export function createPresenceCommands(deps: PresenceCommandDeps): PresenceCommands {
   const { eventStore, clock, offlineAfterSeconds } = deps;
   const cache = deps.deviceStates ?? createStateCache<DeviceState>(EXPIRY_STATE_CACHE_SIZE);
+  const snapshots = createDeviceSnapshots(eventStore);
 
   const lastHeartbeat = async (uuid: string): Promise<LastHeartbeat | null> => {
     let newest: LastHeartbeat | null = null;
@@ -98,7 +100,7 @@ export function createPresenceCommands(deps: PresenceCommandDeps): PresenceComma
         },
         ctx,
         clock,
-        { cache },
+        { cache, snapshots },
       );
       if (marked.events.length === 0) return alive(marked.state, seen?.at ?? null);
 
@@ -112,7 +114,7 @@ export function createPresenceCommands(deps: PresenceCommandDeps): PresenceComma
         { type: 'ConfirmPresence', data: { uuid, heartbeatAt: newer.at, now: clock.now().toISOString() } },
         ctx,
         clock,
-        { cache },
+        { cache, snapshots },
       );
       const outcome = alive(confirmed.state, newer.at);
       return outcome.kind === 'alive' ? outcome : { kind: 'offline' };

@@ -51,6 +51,8 @@ export const CURRENT_VERSIONS: Readonly<Record<string, number>> = {
   RefreshRevoked: 1,
   ReservationClaimed: 1,
   ReservationReleased: 1,
+  // Not a domain event: a device's fold, in `snapshot-device-<uuid>` (src/commands/snapshots.ts).
+  DeviceStateSnapshotted: 1,
 };
 
 /**

@@ -15,6 +15,8 @@ export const PERSONAL_FIELDS: Readonly<Record<string, readonly string[]>> = {
   RefreshReuseDetected: ['ip', 'userAgent'],
   DeviceRegistered: ['name', 'ipAddress', 'metadata'],
   DeviceUpdated: ['changes.name', 'changes.ipAddress', 'changes.metadata'],
+  // A device's fold, written every so many events of its stream (src/commands/snapshots.ts).
+  DeviceStateSnapshotted: ['state.name', 'state.ipAddress', 'state.metadata'],
 };
 
 /** What a field of an erased person reads as. */
@@ -31,6 +33,8 @@ export function subjectOf(type: string, streamName: string, data: Readonly<Recor
     case 'RefreshIssued':
     case 'RefreshReuseDetected':
       return typeof data.userId === 'string' ? userSubject(data.userId) : null;
+    case 'DeviceStateSnapshotted':
+      return typeof data.uuid === 'string' ? deviceSubject(data.uuid) : null;
     case 'DeviceRegistered':
     case 'DeviceUpdated': {
       const stream = parseStreamName(streamName);

@@ -1,4 +1,5 @@
 import { loadAggregate, type FoldedStream, type StateCache } from '../commands/handler';
+import { createDeviceSnapshots } from '../commands/snapshots';
 import { deviceDecider, type DeviceEvent, type DeviceState } from '../domain/device';
 import { deviceStream } from '../domain/events';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port';
@@ -60,6 +61,7 @@ export function createDeviceAccess(eventStore: EventStore, options: DeviceAccess
   const entries = new Map<string, Entry>();
   const inFlight = new Map<string, InFlight>();
   const shared = options.shared;
+  const snapshots = createDeviceSnapshots(eventStore);
 
   const touch = (uuid: string, entry: Entry): void => {
     entries.delete(uuid);
@@ -76,7 +78,7 @@ export function createDeviceAccess(eventStore: EventStore, options: DeviceAccess
         let read = newer(entries.get(uuid)?.folded, shared?.get(deviceStream(uuid)));
         for (;;) {
           const base = read;
-          read = await loadAggregate<DeviceState, DeviceEvent>(eventStore, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid), base);
+          read = await loadAggregate<DeviceState, DeviceEvent>(eventStore, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid), base, snapshots);
           // Nothing new: the fold read from, not a copy of it.
           if (base !== undefined && read.revision === base.revision) read = base;
           const current = entries.get(uuid);

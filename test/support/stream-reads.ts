@@ -1,0 +1,34 @@
+import type { EventStore, ReadStreamOptions, RecordedEvent } from '../../src/infra/eventstore/port';
+
+/** An event store that counts, per stream, the reads asked for and the events they handed out. */
+export interface CountedReads {
+  readonly store: EventStore;
+  /** Events handed out, by stream. */
+  readonly read: Map<string, number>;
+  /** Reads asked for, by stream. */
+  readonly calls: Map<string, number>;
+}
+
+export function countingReads(store: EventStore): CountedReads {
+  const read = new Map<string, number>();
+  const calls = new Map<string, number>();
+  const bump = (map: Map<string, number>, key: string): void => void map.set(key, (map.get(key) ?? 0) + 1);
+  return {
+    read,
+    calls,
+    store: {
+      append: (streamName, events, expected) => store.append(streamName, events, expected),
+      async *readStream(streamName: string, options?: ReadStreamOptions): AsyncGenerator<RecordedEvent> {
+        bump(calls, streamName);
+        for await (const event of store.readStream(streamName, options)) {
+          bump(read, streamName);
+          yield event;
+        }
+      },
+      subscribe: (options) => store.subscribe(options),
+      setStreamMaxAge: (streamName, seconds) => store.setStreamMaxAge(streamName, seconds),
+      headPosition: () => store.headPosition(),
+      close: () => store.close(),
+    },
+  };
+}

@@ -107,14 +107,54 @@ export function toNewEvents(events: readonly DomainEvent[], ctx: CommandContext,
   return events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data, metadata }));
 }
 
+/** What folding a stream takes: a decider's `initialState`, `evolve` and, if it has one, `evolveAll`. */
+export type Fold<State, E extends DomainEvent> = Pick<Decider<State, Command, E>, 'initialState' | 'evolve' | 'evolveAll'>;
+
+/** Events folded at once by a decider's `evolveAll` (bounds what a long stream's fold holds). */
+const FOLD_BATCH = 512;
+
 /**
  * Reads a stream and folds it; returns the state and the stream's revision (-1n when empty).
- * Given an earlier fold of the same stream, reads only the events after it. Without one, given
- * snapshots (src/commands/snapshots.ts): a stream shorter than their interval (which has none)
- * is read whole in one call, as without; a longer one goes on from its newest snapshot, so a
- * cold fold reads fewer than twice the interval's events however long the stream is.
+ * Given an earlier fold of the same stream (`from`), reads only the events after it. Without
+ * one, given snapshots (src/commands/snapshots.ts): a stream shorter than their interval
+ * (which has none) is read whole in one call, as without; a longer one goes on from its
+ * newest snapshot, so a cold fold reads fewer than twice the interval's events however long
+ * the stream is.
  */
-export async function loadAggregate<State, E extends DomainEvent>(
+export async function foldStream<State, E extends DomainEvent>(
+  store: EventStore,
+  fold: Fold<State, E>,
+  streamName: string,
+  options: { readonly from?: FoldedStream<State>; readonly snapshots?: SnapshotStore<State> } = {},
+): Promise<{ state: State; revision: bigint }> {
+  const { from, snapshots } = options;
+  let state = from?.state ?? fold.initialState();
+  let revision = from?.revision ?? -1n;
+  const evolveAll = fold.evolveAll;
+  const read = async (readOptions: ReadStreamOptions): Promise<number> => {
+    let count = 0;
+    const batch: E[] = [];
+    for await (const recorded of store.readStream(streamName, readOptions)) {
+      const event = { type: recorded.type, data: recorded.data } as E;
+      if (evolveAll === undefined) state = fold.evolve(state, event);
+      else if (batch.push(event) === FOLD_BATCH) state = evolveAll(state, batch.splice(0));
+      revision = recorded.revision;
+      count++;
+    }
+    if (evolveAll !== undefined && batch.length > 0) state = evolveAll(state, batch);
+    return count;
+  };
+  if (from === undefined && snapshots !== undefined) {
+    if ((await read({ maxCount: snapshots.every })) < snapshots.every) return { state, revision };
+    const snapshot = await snapshots.load(streamName);
+    if (snapshot !== null && snapshot.revision > revision) ({ state, revision } = snapshot);
+  }
+  await read(revision >= 0n ? { fromRevision: revision + 1n } : {});
+  return { state, revision };
+}
+
+/** `foldStream` with a decider's `evolve` and `initialState` given one by one. */
+export function loadAggregate<State, E extends DomainEvent>(
   store: EventStore,
   evolve: (state: State, event: E) => State,
   initialState: () => State,
@@ -122,24 +162,7 @@ export async function loadAggregate<State, E extends DomainEvent>(
   from?: FoldedStream<State>,
   snapshots?: SnapshotStore<State>,
 ): Promise<{ state: State; revision: bigint }> {
-  let state = from?.state ?? initialState();
-  let revision = from?.revision ?? -1n;
-  const fold = async (options: ReadStreamOptions): Promise<number> => {
-    let read = 0;
-    for await (const recorded of store.readStream(streamName, options)) {
-      state = evolve(state, { type: recorded.type, data: recorded.data } as E);
-      revision = recorded.revision;
-      read++;
-    }
-    return read;
-  };
-  if (from === undefined && snapshots !== undefined) {
-    if ((await fold({ maxCount: snapshots.every })) < snapshots.every) return { state, revision };
-    const snapshot = await snapshots.load(streamName);
-    if (snapshot !== null && snapshot.revision > revision) ({ state, revision } = snapshot);
-  }
-  await fold(revision >= 0n ? { fromRevision: revision + 1n } : {});
-  return { state, revision };
+  return foldStream(store, { evolve, initialState }, streamName, { from, snapshots });
 }
 
 /**
@@ -159,7 +182,7 @@ export async function handleCommand<State, C extends Command, E extends DomainEv
   const maxRetries = options.maxRetries ?? 10;
   const cache = options.cache;
   for (let attempt = 0; ; attempt++) {
-    const { state, revision } = await loadAggregate(store, decider.evolve, decider.initialState, streamName, cache?.get(streamName), options.snapshots);
+    const { state, revision } = await foldStream(store, decider, streamName, { from: cache?.get(streamName), snapshots: options.snapshots });
     if (revision >= 0n) cache?.set(streamName, { state, revision });
     const events = decider.decide(command, state);
     if (events.length === 0) return { state, events, revision, position: null };
@@ -179,7 +202,7 @@ export async function handleCommand<State, C extends Command, E extends DomainEv
       }
       throw error;
     }
-    const newState = events.reduce(decider.evolve, state);
+    const newState = decider.evolveAll?.(state, events) ?? events.reduce(decider.evolve, state);
     const folded = { state: newState, revision: result.nextExpectedRevision };
     cache?.set(streamName, folded);
     // The fold up to the revision just written (the append succeeded against the revision it was folded from).

@@ -40,5 +40,11 @@ export type Command<Type extends string = string, Data = unknown> = {
 export interface Decider<State, C extends Command, E extends DomainEvent> {
   readonly initialState: () => State;
   readonly evolve: (state: State, event: E) => State;
+  /**
+   * Optional: the same state as `events.reduce(evolve, state)`, made at once. For a state
+   * that grows with its stream (a session's tokens), where `evolve` copies it at each event
+   * and a fold of n events would cost n copies.
+   */
+  readonly evolveAll?: (state: State, events: readonly E[]) => State;
   readonly decide: (command: C, state: State) => readonly E[];
 }

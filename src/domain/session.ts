@@ -291,8 +291,56 @@ export function evolveSession(state: SessionState, event: SessionEvent): Session
   }
 }
 
+/**
+ * `events.reduce(evolveSession, state)`, with one copy of the tokens for all of `events`
+ * instead of one per event: a family's fold reads every token it ever had (a reuse of any
+ * rotated one revokes it), so folding a family refreshed n times one event at a time cost
+ * n copies of up to n tokens (a refresh after 1,000 rotations took ~0.2 s of CPU).
+ */
+export function evolveSessionAll(state: SessionState, events: readonly SessionEvent[]): SessionState {
+  let session = state;
+  // The tokens being built, owned by this call until it returns (null: not copied yet).
+  let tokens: Record<string, RefreshRecord> | null = null;
+  const own = (open: OpenSession): Record<string, RefreshRecord> => (tokens ??= { ...open.tokens });
+  for (const event of events) {
+    switch (event.type) {
+      case 'RefreshIssued': {
+        const e = event.data;
+        if (!session.exists) {
+          session = { exists: true, familyId: e.familyId, userId: e.userId, revoked: false, revokedReason: null, tokens: {} };
+          tokens = {};
+        }
+        own(session)[e.jti] = { jti: e.jti, status: 'active', issuedAt: e.issuedAt, expiresAt: e.expiresAt, replacedBy: null, rotatedAt: null };
+        break;
+      }
+      case 'RefreshRotated': {
+        if (!session.exists) break;
+        const owned = own(session);
+        const token = owned[event.data.jti];
+        if (token !== undefined) owned[event.data.jti] = { ...token, status: 'rotated', replacedBy: event.data.replacedBy, rotatedAt: event.data.rotatedAt };
+        break;
+      }
+      case 'RefreshReuseDetected':
+        break;
+      case 'RefreshRevoked': {
+        if (!session.exists) break;
+        const owned = own(session);
+        for (const [jti, token] of Object.entries(owned)) if (token.status === 'active') owned[jti] = { ...token, status: 'revoked' };
+        session = { ...session, revoked: true, revokedReason: event.data.reason };
+        break;
+      }
+      default: {
+        const _exhaustive: never = event;
+        return _exhaustive;
+      }
+    }
+  }
+  return session.exists && tokens !== null ? { ...session, tokens } : session;
+}
+
 export const sessionDecider: Decider<SessionState, SessionCommand, SessionEvent> = {
   initialState: initialSessionState,
   evolve: evolveSession,
+  evolveAll: evolveSessionAll,
   decide: decideSession,
 };

@@ -39,10 +39,11 @@ export interface SnapshotStore<State> {
   save(streamName: string, folded: FoldedStream<State>, ctx: CommandContext, occurredAt: string): Promise<void>;
   /**
    * Before an append that will take `streamName` past a snapshot point: makes what sealing the
-   * snapshot needs and may not make afterwards (its device's data key, see `createDeviceSnapshots`);
-   * never throws.
+   * snapshot needs and may not make afterwards (its device's data key, see `createDeviceSnapshots`).
+   * False when it could not: the snapshot is not written (rather than wait on that again).
+   * Never throws.
    */
-  prepare?(streamName: string): Promise<void>;
+  prepare?(streamName: string): Promise<boolean>;
 }
 
 /** An append that took a stream from `before` to `after` (revisions, -1n: empty) passed a multiple of `every` events. */
@@ -108,11 +109,13 @@ export function createDeviceSnapshots(eventStore: EventStore, every = DEVICE_SNA
 
     async prepare(streamName) {
       const uuid = deviceUuidOf(streamName);
-      if (keys === undefined || uuid === null) return;
+      if (keys === undefined || uuid === null) return true;
       try {
         await keys.keyFor(deviceSubject(uuid));
+        return true;
       } catch {
-        // Only for a cache: without a key the snapshot is not written.
+        // Only for a cache: the key store is away (or the key damaged), and sealing would ask it again.
+        return false;
       }
     },
 
@@ -120,9 +123,15 @@ export function createDeviceSnapshots(eventStore: EventStore, every = DEVICE_SNA
       const uuid = deviceUuidOf(streamName);
       if (uuid === null) return null;
       let found: FoldedStream<DeviceState> | null = null;
-      // Read to the end (one event) rather than leave the loop: a read left early is cancelled.
-      for await (const recorded of eventStore.readStream(deviceSnapshotStream(uuid), { direction: 'backwards', maxCount: 1 })) {
-        if (recorded.type === DEVICE_SNAPSHOT_EVENT) found = decodeDeviceSnapshot(uuid, recorded.data);
+      try {
+        // Read to the end (one event) rather than leave the loop: a read left early is cancelled.
+        for await (const recorded of eventStore.readStream(deviceSnapshotStream(uuid), { direction: 'backwards', maxCount: 1 })) {
+          if (recorded.type === DEVICE_SNAPSHOT_EVENT) found = decodeDeviceSnapshot(uuid, recorded.data);
+        }
+      } catch {
+        // Unreadable (a record damaged on disk, a failed read): the stream is read from its start,
+        // which answers for itself; a cache must not make a device with an intact stream unusable.
+        return null;
       }
       return found;
     },

@@ -5,7 +5,9 @@ import { DomainError } from '../../src/domain/errors';
 import { deviceDecider, type DeviceCommand, type DeviceState } from '../../src/domain/device';
 import { deviceStream } from '../../src/domain/events';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
+import { createEsdbEventStore } from '../../src/infra/eventstore/esdb';
 import type { AppendResult, EventStore, ExpectedRevision, NewEvent } from '../../src/infra/eventstore/port';
+import { startEsdbStandin, type EsdbStandin } from '../support/esdb-standin';
 import { mulberry32 } from '../support/prng';
 import { privateEventStoreEachTest } from '../support/private-event-store';
 
@@ -16,10 +18,17 @@ import { privateEventStoreEachTest } from '../support/private-event-store';
  * appends that bypass the snapshots (the erasure's `UnlinkUser` and `DeleteDevice`, through
  * `handleCommand` without them) and re-registrations of a deleted uuid are mixed in. After
  * every step, the fold from the newest snapshot plus the events after it is the fold of the
- * whole stream, and what the token and link checks decide from it is the same.
+ * whole stream, and what the token and link checks decide from it is the same. In both modes:
+ * the embedded log, and EventStoreDB (its stand-in, through the real client).
  */
 
-const fixture = privateEventStoreEachTest('hhc-review-snap-two-', (dir) => openEmbeddedEventStore(dir));
+let standin: EsdbStandin | null = null;
+beforeAll(async () => {
+  standin = await startEsdbStandin({ statsIntervalMs: 0 });
+}, 30_000);
+afterAll(async () => {
+  await standin?.stop();
+});
 
 /** `store` whose snapshot appends are kept back until `flush` lets one of them through (any order). */
 function lateSnapshots(store: EventStore): EventStore & { pending(): number; flush(index: number): Promise<void> } {
@@ -45,8 +54,13 @@ function lateSnapshots(store: EventStore): EventStore & { pending(): number; flu
   };
 }
 
-describe('device snapshots with two writers, late snapshots and appends that bypass them', () => {
-  test.each([11, 12, 13, 14, 15, 16])('seed %i: the fold from the newest snapshot is the fold of the whole stream after every step', async (seed) => {
+describe.each([
+  { mode: 'embedded', seeds: [11, 12, 13, 14, 15, 16] },
+  { mode: 'distributed (EventStoreDB stand-in)', seeds: [21, 22] },
+])('device snapshots with two writers, late snapshots and appends that bypass them: $mode', ({ mode, seeds }) => {
+  const fixture = privateEventStoreEachTest('hhc-review-snap-two-', (dir) => (mode === 'embedded' ? openEmbeddedEventStore(dir) : createEsdbEventStore((standin as EsdbStandin).url)));
+
+  test.each(seeds)('seed %i: the fold from the newest snapshot is the fold of the whole stream after every step', async (seed) => {
     const random = mulberry32(seed);
     const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
     const every = 2 + (seed % 3);
@@ -165,5 +179,5 @@ describe('device snapshots with two writers, late snapshots and appends that byp
     // The workload did write snapshots, and some landed after a newer one.
     expect(snapshotsRead).toBeGreaterThan(4);
     expect(staleLast).toBeGreaterThan(0);
-  }, 60_000);
+  }, 120_000);
 });

@@ -343,7 +343,9 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
       const subscription = inner.subscribe(options);
       const items = mapIterable<SubscriptionItem>(
         subscription,
-        (item) => item.kind === 'event' && needsOpening(item.event),
+        // A copy (a snapshot) is read by folds, from its stream, never from a subscription: handed on
+        // as stored, so a subscriber that passes it by (the projector) looks up no key for it.
+        (item) => item.kind === 'event' && needsOpening(item.event) && !COPIED_PERSONAL_FIELDS.has(item.event.type),
         (item) => (item.kind === 'event' ? then(openRecorded(item.event, true), (event): SubscriptionItem => ({ kind: 'event', event })) : item),
       );
       return { close: () => subscription.close(), [Symbol.asyncIterator]: () => items[Symbol.asyncIterator]() };

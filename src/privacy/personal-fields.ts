@@ -22,7 +22,8 @@ export const PERSONAL_FIELDS: Readonly<Record<string, readonly string[]>> = {
 /**
  * Types whose personal fields are copies of fields sealed in earlier events (a fold's snapshot,
  * src/commands/snapshots.ts): sealed only under a key the subject still has, never one made
- * for them (src/privacy/event-store.ts).
+ * for them, and opened only by stream reads (folds), a subscription handing them on as stored
+ * (src/privacy/event-store.ts).
  */
 export const COPIED_PERSONAL_FIELDS: ReadonlySet<string> = new Set(['DeviceStateSnapshotted']);
 

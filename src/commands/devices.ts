@@ -20,8 +20,9 @@ import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
 import { countOwnedDevices, findDeviceByInternalId } from '../projections/devices';
 import { findUserByEmail } from '../projections/users';
+import type { Keyring } from '../privacy/keyring';
 import type { Watermark } from '../projections/watermark';
-import { createDeviceSnapshots } from './snapshots';
+import { createDeviceSnapshots, DEVICE_SNAPSHOT_EVERY } from './snapshots';
 import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
 
 /** `heartbeat-<uuid>` keeps a week by default: enough for the offline expiry and for auditors, never a long read. */
@@ -41,6 +42,8 @@ export interface DeviceCommandDeps {
   readonly heartbeatRetentionSeconds?: number;
   /** Folded device states, shared with the expiry worker of this process (src/commands/presence.ts). */
   readonly deviceStates?: StateCache<DeviceState>;
+  /** The event store's keyring: a device with no data key yet gets one before its snapshot is due (src/commands/snapshots.ts). */
+  readonly keyring?: Pick<Keyring, 'keyFor'>;
   /** Told of every accepted heartbeat (for `heartbeats_accepted_total`). */
   readonly onHeartbeat?: () => void;
 }
@@ -121,7 +124,7 @@ function actingUser(ctx: CommandContext): string {
 export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
   const { eventStore, readStore, clock } = deps;
   const cache = deps.deviceStates ?? createStateCache<DeviceState>(DEVICE_STATE_CACHE_SIZE);
-  const snapshots = createDeviceSnapshots(eventStore);
+  const snapshots = createDeviceSnapshots(eventStore, DEVICE_SNAPSHOT_EVERY, deps.keyring);
 
   const run = (uuid: string, command: DeviceCommand, ctx: CommandContext): Promise<HandledCommand<DeviceState, DeviceEvent>> =>
     handleCommand(eventStore, deviceDecider, deviceStream(uuid), command, ctx, clock, { cache, snapshots });

@@ -188,6 +188,9 @@ export async function handleCommand<State, C extends Command, E extends DomainEv
     if (events.length === 0) return { state, events, revision, position: null };
 
     const expected: ExpectedRevision = revision < 0n ? 'no_stream' : revision;
+    const snapshots = options.snapshots;
+    // What the snapshot due after this append needs and may not make once it is written (src/commands/snapshots.ts).
+    const snapshotReady = snapshots !== undefined && passedSnapshotPoint(revision, revision + BigInt(events.length), snapshots.every) && (await (snapshots.prepare?.(streamName) ?? true));
     let result: AppendResult;
     try {
       result = await store.append(streamName, toNewEvents(events, ctx, clock.now().toISOString()), expected);
@@ -206,8 +209,7 @@ export async function handleCommand<State, C extends Command, E extends DomainEv
     const folded = { state: newState, revision: result.nextExpectedRevision };
     cache?.set(streamName, folded);
     // The fold up to the revision just written (the append succeeded against the revision it was folded from).
-    const snapshots = options.snapshots;
-    if (snapshots !== undefined && passedSnapshotPoint(revision, folded.revision, snapshots.every)) {
+    if (snapshotReady && passedSnapshotPoint(revision, folded.revision, snapshots.every)) {
       await snapshots.save(streamName, folded, ctx, clock.now().toISOString());
     }
     return { state: newState, events, revision: result.nextExpectedRevision, position: result.position };

@@ -3,7 +3,8 @@ import { deviceDecider, offlineDeadline, type DeviceState, type HeartbeatReceive
 import { deviceStream, heartbeatStream } from '../domain/events';
 import type { Actor } from '../domain/messages';
 import type { EventStore } from '../infra/eventstore/port';
-import { createDeviceSnapshots } from './snapshots';
+import type { Keyring } from '../privacy/keyring';
+import { createDeviceSnapshots, DEVICE_SNAPSHOT_EVERY } from './snapshots';
 import { createStateCache, handleCommand, newCommandContext, type Clock, type CommandContext, type StateCache } from './handler';
 
 /**
@@ -34,6 +35,8 @@ export interface PresenceCommandDeps {
    * every device that sends heartbeats folded already, so a job reads only what is new.
    */
   readonly deviceStates?: StateCache<DeviceState>;
+  /** The event store's keyring: a device with no data key yet gets one before its snapshot is due (src/commands/snapshots.ts). */
+  readonly keyring?: Pick<Keyring, 'keyFor'>;
 }
 
 export interface LastHeartbeat {
@@ -65,7 +68,7 @@ export function nextCheckAt(outcome: ExpiryOutcome): number | null {
 export function createPresenceCommands(deps: PresenceCommandDeps): PresenceCommands {
   const { eventStore, clock, offlineAfterSeconds } = deps;
   const cache = deps.deviceStates ?? createStateCache<DeviceState>(EXPIRY_STATE_CACHE_SIZE);
-  const snapshots = createDeviceSnapshots(eventStore);
+  const snapshots = createDeviceSnapshots(eventStore, DEVICE_SNAPSHOT_EVERY, deps.keyring);
 
   const lastHeartbeat = async (uuid: string): Promise<LastHeartbeat | null> => {
     let newest: LastHeartbeat | null = null;

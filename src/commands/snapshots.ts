@@ -3,6 +3,7 @@ import type { DeviceState } from '../domain/device';
 import { STREAM_PREFIXES } from '../domain/events';
 import type { Actor } from '../domain/messages';
 import type { EventStore } from '../infra/eventstore/port';
+import { deviceSubject, type Keyring } from '../privacy/keyring';
 import type { CommandContext, FoldedStream } from './handler';
 
 /**
@@ -26,7 +27,8 @@ import type { CommandContext, FoldedStream } from './handler';
  *   feeds and audits read (`device-`, `user-`, ...): nothing but a fold reads them;
  * - the device's personal fields in it (name, `ipAddress`, `metadata`) are sealed under the
  *   device's key like those of its events (src/privacy/personal-fields.ts): an erasure that
- *   destroys the key leaves them "[erased]", as in the events they were folded from.
+ *   destroys the key leaves them "[erased]", as in the events they were folded from; never
+ *   under a key made after the events it was folded from (`createDeviceSnapshots`).
  */
 export interface SnapshotStore<State> {
   /** A snapshot is written each time a stream passes a multiple of this many events. */
@@ -35,6 +37,13 @@ export interface SnapshotStore<State> {
   load(streamName: string): Promise<FoldedStream<State> | null>;
   /** Writes `folded` as the snapshot of `streamName`; never throws (a snapshot is only a cache). */
   save(streamName: string, folded: FoldedStream<State>, ctx: CommandContext, occurredAt: string): Promise<void>;
+  /**
+   * Before an append that will take `streamName` past a snapshot point: makes what sealing the
+   * snapshot needs and may not make afterwards (its device's data key, see `createDeviceSnapshots`).
+   * False when it could not: the snapshot is not written (rather than wait on that again).
+   * Never throws.
+   */
+  prepare?(streamName: string): Promise<boolean>;
 }
 
 /** An append that took a stream from `before` to `after` (revisions, -1n: empty) passed a multiple of `every` events. */
@@ -86,17 +95,43 @@ function decodeDeviceSnapshot(uuid: string, data: unknown): FoldedStream<DeviceS
   return { state: state as unknown as DeviceState, revision: BigInt(revision) };
 }
 
-export function createDeviceSnapshots(eventStore: EventStore, every = DEVICE_SNAPSHOT_EVERY): SnapshotStore<DeviceState> {
+/**
+ * `keys`: the keyring of `eventStore`. A snapshot is sealed after the append it follows, with no
+ * expected revision, so an erasure may delete the device and destroy its data key in between:
+ * it is then sealed only under a key the device still has (src/privacy/event-store.ts), never
+ * one made for it. A device with no key yet (every event of it written before personal fields
+ * were sealed) gets one made before the append instead, while the append's expected revision
+ * still guards it: an erasure that deletes the device after it destroys that key too.
+ */
+export function createDeviceSnapshots(eventStore: EventStore, every = DEVICE_SNAPSHOT_EVERY, keys?: Pick<Keyring, 'keyFor'>): SnapshotStore<DeviceState> {
   return {
     every,
+
+    async prepare(streamName) {
+      const uuid = deviceUuidOf(streamName);
+      if (keys === undefined || uuid === null) return true;
+      try {
+        await keys.keyFor(deviceSubject(uuid));
+        return true;
+      } catch {
+        // Only for a cache: the key store is away (or the key damaged), and sealing would ask it again.
+        return false;
+      }
+    },
 
     async load(streamName) {
       const uuid = deviceUuidOf(streamName);
       if (uuid === null) return null;
       let found: FoldedStream<DeviceState> | null = null;
-      // Read to the end (one event) rather than leave the loop: a read left early is cancelled.
-      for await (const recorded of eventStore.readStream(deviceSnapshotStream(uuid), { direction: 'backwards', maxCount: 1 })) {
-        if (recorded.type === DEVICE_SNAPSHOT_EVENT) found = decodeDeviceSnapshot(uuid, recorded.data);
+      try {
+        // Read to the end (one event) rather than leave the loop: a read left early is cancelled.
+        for await (const recorded of eventStore.readStream(deviceSnapshotStream(uuid), { direction: 'backwards', maxCount: 1 })) {
+          if (recorded.type === DEVICE_SNAPSHOT_EVENT) found = decodeDeviceSnapshot(uuid, recorded.data);
+        }
+      } catch {
+        // Unreadable (a record damaged on disk, a failed read): the stream is read from its start,
+        // which answers for itself; a cache must not make a device with an intact stream unusable.
+        return null;
       }
       return found;
     },

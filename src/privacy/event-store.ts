@@ -13,8 +13,8 @@ import type {
 } from '../infra/eventstore/port';
 import { deepFreeze } from '../infra/eventstore/deep-freeze';
 import { open, seal } from './crypto';
-import { DataKeyUnreadableError, deviceSubject, subjectOfKeyId, userSubject, type DataKey, type Keyring } from './keyring';
-import { ERASED, PERSONAL_FIELDS, SEALED_FIELD, getPath, setPathInPlace, subjectOf } from './personal-fields';
+import { DataKeyMissingError, DataKeyUnreadableError, deviceSubject, subjectOfKeyId, userSubject, type DataKey, type Keyring } from './keyring';
+import { COPIED_PERSONAL_FIELDS, ERASED, PERSONAL_FIELDS, SEALED_FIELD, getPath, setPathInPlace, subjectOf } from './personal-fields';
 
 /**
  * The event store as the whole service reads and writes it: the one place where personal
@@ -98,7 +98,20 @@ function sealWith(type: string, { data, present }: ToSeal, { keyId, key }: DataK
 export async function sealEventData(keyring: Keyring, type: string, streamName: string, data: unknown): Promise<unknown> {
   const sealing = toSeal(type, streamName, data);
   if (sealing === null) return stampVersion(type, data);
-  return sealWith(type, sealing, keyring.heldKeyFor(sealing.subject) ?? (await keyring.keyFor(sealing.subject))).stored;
+  return sealWith(type, sealing, keyring.heldKeyFor(sealing.subject) ?? (await keyToSealWith(keyring, type, sealing.subject))).stored;
+}
+
+/**
+ * The subject's key, made if it has none; for a copy of fields sealed before (COPIED_PERSONAL_FIELDS),
+ * only a key it has: the copy is sealed after the events it was folded from, and an erasure may
+ * have destroyed the key in between (a device subject keeps no tombstone), so a key made now
+ * would keep the erased fields readable. Such a copy is then refused (DataKeyMissingError).
+ */
+async function keyToSealWith(keyring: Keyring, type: string, subject: string): Promise<DataKey> {
+  if (!COPIED_PERSONAL_FIELDS.has(type)) return keyring.keyFor(subject);
+  const key = await keyring.existingKeyFor(subject);
+  if (key === null) throw new DataKeyMissingError(subject);
+  return key;
 }
 
 /**
@@ -330,7 +343,9 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
       const subscription = inner.subscribe(options);
       const items = mapIterable<SubscriptionItem>(
         subscription,
-        (item) => item.kind === 'event' && needsOpening(item.event),
+        // A copy (a snapshot) is read by folds, from its stream, never from a subscription: handed on
+        // as stored, so a subscriber that passes it by (the projector) looks up no key for it.
+        (item) => item.kind === 'event' && needsOpening(item.event) && !COPIED_PERSONAL_FIELDS.has(item.event.type),
         (item) => (item.kind === 'event' ? then(openRecorded(item.event, true), (event): SubscriptionItem => ({ kind: 'event', event })) : item),
       );
       return { close: () => subscription.close(), [Symbol.asyncIterator]: () => items[Symbol.asyncIterator]() };

@@ -27,6 +27,12 @@ export interface Keyring {
   /** The key a box names, or null when it was destroyed (for opening). */
   keyById(keyId: string): Promise<Buffer | null>;
   /**
+   * The subject's key if it has one, never made: null when it has none (destroyed, or never
+   * made). For sealing copies of fields sealed before (a snapshot of a fold): a subject whose key
+   * is gone was erased, and a key made now would keep the copy readable after the erasure.
+   */
+  existingKeyFor(subject: string): Promise<DataKey | null>;
+  /**
    * What `keyFor` and `keyById` would answer from this process's cache, without a store read
    * or an await: the key when it is held (fresh, neither destroyed nor evicted), else
    * undefined, and the caller asks `keyFor` or `keyById`. Reading and sealing take it on the
@@ -73,6 +79,18 @@ export class DataKeyUnreadableError extends Error {
   constructor(readonly subject: string) {
     super(`The data key of ${subject} is kept but does not open with DATA_KEY_ENCRYPTION_KEY (damaged)`);
     this.name = 'DataKeyUnreadableError';
+  }
+}
+
+/**
+ * A copy of personal fields sealed before (src/privacy/personal-fields.ts, COPIED_PERSONAL_FIELDS)
+ * was to be sealed for a subject that has no key: it was erased (or never had one), and no key
+ * is made for a copy. Whoever writes such a copy treats it as not written.
+ */
+export class DataKeyMissingError extends Error {
+  constructor(readonly subject: string) {
+    super(`${subject} has no data key: a copy of its personal fields is not sealed under a new one`);
+    this.name = 'DataKeyMissingError';
   }
 }
 
@@ -226,6 +244,7 @@ export function createKeyring(store: CredentialStore, keyEncryptionKey: Buffer, 
       }
       return pending;
     },
+    existingKeyFor: loadForOpening,
     async keyById(keyId) {
       const subject = subjectOfKeyId(keyId);
       let key = await loadForOpening(subject);

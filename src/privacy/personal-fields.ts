@@ -19,6 +19,14 @@ export const PERSONAL_FIELDS: Readonly<Record<string, readonly string[]>> = {
   DeviceStateSnapshotted: ['state.name', 'state.ipAddress', 'state.metadata'],
 };
 
+/**
+ * Types whose personal fields are copies of fields sealed in earlier events (a fold's snapshot,
+ * src/commands/snapshots.ts): sealed only under a key the subject still has, never one made
+ * for them, and opened only by stream reads (folds), a subscription handing them on as stored
+ * (src/privacy/event-store.ts).
+ */
+export const COPIED_PERSONAL_FIELDS: ReadonlySet<string> = new Set(['DeviceStateSnapshotted']);
+
 /** What a field of an erased person reads as. */
 export const ERASED = '[erased]';
 

@@ -100,6 +100,7 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     maxDevicesPerUser: config.maxDevicesPerUser,
     heartbeatRetentionSeconds: config.heartbeatRetentionSeconds,
     deviceStates,
+    keyring: infra.keyring,
     onHeartbeat: () => metrics.heartbeats.inc(),
   });
   const mailer = config.smtpUrl !== undefined ? createSmtpMailer(config.smtpUrl, config.mailFrom) : createLogMailer(logger, config.mailFrom);

@@ -38,7 +38,7 @@ export async function startExpiryRole(
     eventStore: infra.eventStore,
     readStore: infra.readStore,
     scheduler,
-    presence: createPresenceCommands({ eventStore: infra.eventStore, clock, offlineAfterSeconds: config.offlineAfterSeconds, deviceStates }),
+    presence: createPresenceCommands({ eventStore: infra.eventStore, clock, offlineAfterSeconds: config.offlineAfterSeconds, deviceStates, keyring: infra.keyring }),
     offlineAfterSeconds: config.offlineAfterSeconds,
     logger,
     onOffline: () => metrics.offlineExpiries.inc(),

@@ -167,9 +167,12 @@ describe('device snapshots', () => {
     const whole = await fullFold(fixture.store, uuid);
     const metadata = { occurredAt: clock.advance(1), actor: { type: 'system' as const, id: 'test' }, requestId: 'r', causationId: 'c', correlationId: 'r' };
     const lying: DeviceState = whole.state.status === 'active' ? { ...whole.state, gen: 99 } : whole.state;
+    // A snapshot is sealed only under a key its device has (none is made for a copy).
+    const other = randomUUID();
+    await fixture.keyring.keyFor(deviceSubject(other));
     const bad: Array<{ type: string; data: Record<string, unknown> }> = [
       { type: DEVICE_SNAPSHOT_EVENT, data: { uuid, revision: 1, format: DEVICE_SNAPSHOT_FORMAT + 1, state: lying } },
-      { type: DEVICE_SNAPSHOT_EVENT, data: { uuid: randomUUID(), revision: 1, format: DEVICE_SNAPSHOT_FORMAT, state: lying } },
+      { type: DEVICE_SNAPSHOT_EVENT, data: { uuid: other, revision: 1, format: DEVICE_SNAPSHOT_FORMAT, state: lying } },
       { type: DEVICE_SNAPSHOT_EVENT, data: { uuid, revision: -1, format: DEVICE_SNAPSHOT_FORMAT, state: lying } },
       { type: DEVICE_SNAPSHOT_EVENT, data: { uuid, revision: 1, format: DEVICE_SNAPSHOT_FORMAT, state: { status: 'none' } } },
       { type: 'SomethingElse', data: { uuid, revision: 1, format: DEVICE_SNAPSHOT_FORMAT, state: lying } },

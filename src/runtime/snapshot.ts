@@ -20,7 +20,8 @@ import { CHECKPOINT_NAME } from '../projections/projector';
  * - the presence deadlines (src/presence/timer-scheduler.ts): not stored: the expiry role
  *   derives them from the devices read model at its checkpoint, exactly as after a replay;
  * - the tunnel's device folds (token generations, links) and the command side's state cache:
- *   not stored: they are read from the device streams on first use, never replayed at start.
+ *   not stored: they are read from the device streams on first use, never replayed at start
+ *   (from the device's newest snapshot in the log, src/commands/snapshots.ts).
  *
  * The snapshot is a cache, never the source of truth: a missing, stale or damaged one only
  * costs a full replay, and `npm run replay -- rebuild` and the rebuild endpoint ignore it.

@@ -123,6 +123,14 @@ export type SessionEvent = RefreshIssued | RefreshRotated | RefreshReuseDetected
 // ---------------------------------------------------------------------------------------
 // Decide
 
+/**
+ * The family's token `jti`, if it has one: its own entries only, so a jti named like a member
+ * of every object (`toString`, `constructor`, `__proto__`) is a token or nothing, never that member.
+ */
+function tokenOf(tokens: Readonly<Record<string, RefreshRecord>>, jti: string): RefreshRecord | undefined {
+  return Object.hasOwn(tokens, jti) ? tokens[jti] : undefined;
+}
+
 function plusSeconds(iso: string, seconds: number): string {
   // Pure date arithmetic on a time the command carries, not a clock read.
   return new Date(Date.parse(iso) + seconds * 1000).toISOString();
@@ -157,7 +165,7 @@ function decideIssue(command: IssueRefresh, state: SessionState): SessionEvent[]
  */
 function decideRotate(command: RotateRefresh, state: SessionState): SessionEvent[] {
   const c = command.data;
-  const token = state.exists ? state.tokens[c.jti] : undefined;
+  const token = state.exists ? tokenOf(state.tokens, c.jti) : undefined;
   if (!state.exists || token === undefined) throw new UnauthorizedError(SESSION_MESSAGES.invalid);
   if (Date.parse(c.now) >= Date.parse(token.expiresAt)) throw new UnauthorizedError(SESSION_MESSAGES.expired);
   if (state.revoked || token.status === 'revoked') throw new UnauthorizedError(SESSION_MESSAGES.revoked);
@@ -267,7 +275,7 @@ export function evolveSession(state: SessionState, event: SessionEvent): Session
     }
     case 'RefreshRotated': {
       if (!state.exists) return state;
-      const token = state.tokens[event.data.jti];
+      const token = tokenOf(state.tokens, event.data.jti);
       if (token === undefined) return state;
       return withToken(state, { ...token, status: 'rotated', replacedBy: event.data.replacedBy, rotatedAt: event.data.rotatedAt });
     }
@@ -302,6 +310,11 @@ export function evolveSessionAll(state: SessionState, events: readonly SessionEv
   // The tokens being built, owned by this call until it returns (null: not copied yet).
   let tokens: Record<string, RefreshRecord> | null = null;
   const own = (open: OpenSession): Record<string, RefreshRecord> => (tokens ??= { ...open.tokens });
+  // An own entry, as `evolveSession`'s object literals make (an assignment to `__proto__` would set the prototype instead).
+  const put = (owned: Record<string, RefreshRecord>, jti: string, token: RefreshRecord): void => {
+    if (jti === '__proto__') Object.defineProperty(owned, jti, { value: token, enumerable: true, writable: true, configurable: true });
+    else owned[jti] = token;
+  };
   for (const event of events) {
     switch (event.type) {
       case 'RefreshIssued': {
@@ -310,14 +323,14 @@ export function evolveSessionAll(state: SessionState, events: readonly SessionEv
           session = { exists: true, familyId: e.familyId, userId: e.userId, revoked: false, revokedReason: null, tokens: {} };
           tokens = {};
         }
-        own(session)[e.jti] = { jti: e.jti, status: 'active', issuedAt: e.issuedAt, expiresAt: e.expiresAt, replacedBy: null, rotatedAt: null };
+        put(own(session), e.jti, { jti: e.jti, status: 'active', issuedAt: e.issuedAt, expiresAt: e.expiresAt, replacedBy: null, rotatedAt: null });
         break;
       }
       case 'RefreshRotated': {
         if (!session.exists) break;
         const owned = own(session);
-        const token = owned[event.data.jti];
-        if (token !== undefined) owned[event.data.jti] = { ...token, status: 'rotated', replacedBy: event.data.replacedBy, rotatedAt: event.data.rotatedAt };
+        const token = tokenOf(owned, event.data.jti);
+        if (token !== undefined) put(owned, event.data.jti, { ...token, status: 'rotated', replacedBy: event.data.replacedBy, rotatedAt: event.data.rotatedAt });
         break;
       }
       case 'RefreshReuseDetected':
@@ -325,7 +338,7 @@ export function evolveSessionAll(state: SessionState, events: readonly SessionEv
       case 'RefreshRevoked': {
         if (!session.exists) break;
         const owned = own(session);
-        for (const [jti, token] of Object.entries(owned)) if (token.status === 'active') owned[jti] = { ...token, status: 'revoked' };
+        for (const [jti, token] of Object.entries(owned)) if (token.status === 'active') put(owned, jti, { ...token, status: 'revoked' });
         session = { ...session, revoked: true, revokedReason: event.data.reason };
         break;
       }

@@ -118,8 +118,9 @@ const FOLD_BATCH = 512;
  * Given an earlier fold of the same stream (`from`), reads only the events after it. Without
  * one, given snapshots (src/commands/snapshots.ts): a stream shorter than their interval
  * (which has none) is read whole in one call, as without; a longer one goes on from its
- * newest snapshot, so a cold fold reads fewer than twice the interval's events however long
- * the stream is.
+ * newest snapshot. A store that knows a stream's length (`streamEnd`: the embedded log) goes
+ * there at once, so a cold fold reads the snapshot and fewer than the interval's events;
+ * others first read the interval's first events to learn it is long (fewer than twice).
  */
 export async function foldStream<State, E extends DomainEvent>(
   store: EventStore,
@@ -145,9 +146,14 @@ export async function foldStream<State, E extends DomainEvent>(
     return count;
   };
   if (from === undefined && snapshots !== undefined) {
-    if ((await read({ maxCount: snapshots.every })) < snapshots.every) return { state, revision };
-    const snapshot = await snapshots.load(streamName);
-    if (snapshot !== null && snapshot.revision > revision) ({ state, revision } = snapshot);
+    // A store that knows the stream's length says whether it is long; others are asked by reading its first events.
+    const end = store.streamEnd?.(streamName);
+    const long = end !== undefined ? end >= snapshots.every : (await read({ maxCount: snapshots.every })) >= snapshots.every;
+    if (end === undefined && !long) return { state, revision };
+    if (long) {
+      const snapshot = await snapshots.load(streamName);
+      if (snapshot !== null && snapshot.revision > revision) ({ state, revision } = snapshot);
+    }
   }
   await read(revision >= 0n ? { fromRevision: revision + 1n } : {});
   return { state, revision };

@@ -339,6 +339,7 @@ export function createPrivateEventStore(inner: EventStore, { keyring }: PrivateE
       if (options?.sealed === true) return inner.readStream(streamName, options);
       return mapIterable(inner.readStream(streamName, options), needsOpening, (event) => openRecorded(event));
     },
+    ...(inner.streamEnd !== undefined ? { streamEnd: inner.streamEnd } : {}),
     subscribe(options?: SubscribeOptions): Subscription {
       const subscription = inner.subscribe(options);
       const items = mapIterable<SubscriptionItem>(

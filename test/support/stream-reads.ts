@@ -9,7 +9,11 @@ export interface CountedReads {
   readonly calls: Map<string, number>;
 }
 
-export function countingReads(store: EventStore): CountedReads {
+/**
+ * `knowsLength`: whether the counting store passes on `streamEnd` (the embedded log's, without
+ * I/O) when `store` has it; without it a fold learns a stream is long by reading it.
+ */
+export function countingReads(store: EventStore, knowsLength = true): CountedReads {
   const read = new Map<string, number>();
   const calls = new Map<string, number>();
   const bump = (map: Map<string, number>, key: string): void => void map.set(key, (map.get(key) ?? 0) + 1);
@@ -25,6 +29,7 @@ export function countingReads(store: EventStore): CountedReads {
           yield event;
         }
       },
+      ...(knowsLength && store.streamEnd !== undefined ? { streamEnd: store.streamEnd } : {}),
       subscribe: (options) => store.subscribe(options),
       setStreamMaxAge: (streamName, seconds) => store.setStreamMaxAge(streamName, seconds),
       headPosition: () => store.headPosition(),

@@ -22,6 +22,7 @@ export function instrumentEventStore(store: EventStore, observer: AppendObserver
       }
     },
     readStream: (streamName, options) => store.readStream(streamName, options),
+    ...(store.streamEnd !== undefined ? { streamEnd: store.streamEnd } : {}),
     subscribe: (options) => store.subscribe(options),
     setStreamMaxAge: (streamName, seconds) => store.setStreamMaxAge(streamName, seconds),
     headPosition: () => store.headPosition(),

@@ -83,6 +83,12 @@ export interface EventStore {
   append(streamName: string, events: readonly NewEvent[], expected: ExpectedRevision): Promise<AppendResult>;
   /** Events of one stream; an empty iteration when the stream does not exist. */
   readStream(streamName: string, options?: ReadStreamOptions): AsyncIterable<RecordedEvent>;
+  /**
+   * Optional, for a store that knows it without I/O (the embedded log's index): the revision
+   * after the stream's last durable event, 0 when it has none. A fold then goes to a long
+   * stream's snapshot without reading its first events (`foldStream`, src/commands/handler.ts).
+   */
+  readonly streamEnd?: (streamName: string) => number;
   /** Catch-up subscription over all user events: replays, yields 'caught-up', then goes live. */
   subscribe(options?: SubscribeOptions): Subscription;
   /** Keep only events younger than maxAgeSeconds in this stream (EventStoreDB $maxAge). */

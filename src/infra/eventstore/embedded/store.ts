@@ -235,6 +235,12 @@ export class EmbeddedStoreCore implements EventStore {
     return this.reader.streamEvents(streamName, options);
   }
 
+  /** The revision after the stream's last durable event, from the index (no I/O). */
+  readonly streamEnd = (streamName: string): number => {
+    const stream = this.index.streams.get(streamName);
+    return stream === undefined ? 0 : stream.firstRevision + stream.durableCount;
+  };
+
   subscribe(options: SubscribeOptions = {}): Subscription {
     const source: TailSource = {
       segments: () => this.segments,

@@ -60,9 +60,11 @@ export const DEVICE_SNAPSHOT_PREFIX = 'snapshot-device-';
 export const DEVICE_SNAPSHOT_FORMAT = 1;
 /**
  * Events between two snapshots of a device. A cold fold reads a stream shorter than this in one
- * call, as without snapshots; a longer one costs fewer than twice this many events
- * (src/commands/handler.ts `loadAggregate`): 8 gave 1.88 ms of service CPU per hub back in the
- * aged-fleet storm, 16 gave 2.16 (bench/README.md, "Aged devices").
+ * call, as without snapshots; a longer one costs its snapshot and fewer than this many events
+ * where the store knows stream lengths (the embedded log), fewer than twice this many where it
+ * reads to learn them (src/commands/handler.ts `foldStream`). 8 gave 1.88 ms of service CPU per
+ * hub back in the aged-fleet storm when reading to learn lengths, 16 gave 2.16 (bench/README.md,
+ * "Aged devices").
  */
 export const DEVICE_SNAPSHOT_EVERY = 8;
 

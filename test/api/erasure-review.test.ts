@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { api, CRM_KEY, createUser, generousServiceForDescribe, GENEROUS_RATE_LIMITS, MODES, startTestService, type Mode, type TestService } from '../support/harness';
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
+import { filesUnder } from '../support/data-dir-bytes';
 
 /**
  * Erasure and export at their edges (decisions §11): devices deleted before the erasure, an
@@ -11,16 +12,9 @@ import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
  * left since, and the validation message of a CRM id of 0.
  */
 
-function files(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const path = join(dir, name);
-    return statSync(path).isDirectory() ? files(path) : [path];
-  });
-}
-
 /** The files under `dir` that hold any of `needles`, as `file: needle`. */
 function holding(dir: string, needles: readonly string[]): string[] {
-  return files(dir).flatMap((file) => {
+  return filesUnder(dir).flatMap((file) => {
     const bytes = readFileSync(file);
     return needles.filter((n) => bytes.includes(Buffer.from(n, 'utf8'))).map((n) => `${file.slice(dir.length + 1)}: ${n}`);
   });

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
@@ -8,6 +8,7 @@ import { formatPosition, type EventStore, type NewEvent, type RecordedEvent } fr
 import { V1_EVENTS } from '../fixtures/events/make-v1';
 import { replay } from '../infra/fixtures/heartbeat-history';
 import { api, CRM_KEY, startTestService, type TestService } from '../support/harness';
+import { filesUnder, foundIn } from '../support/data-dir-bytes';
 
 /**
  * Events written before personal fields were sealed (schema version 1, test/fixtures/events):
@@ -84,17 +85,6 @@ const PERSONAL = [
   later.hubMeta,
 ];
 
-function files(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const path = join(dir, name);
-    return statSync(path).isDirectory() ? files(path) : [path];
-  });
-}
-
-function found(bytes: Buffer, needles: readonly string[]): string[] {
-  return needles.filter((n) => bytes.includes(Buffer.from(n, 'utf8')));
-}
-
 async function appendV1(store: EventStore): Promise<void> {
   let n = 0;
   for (const e of V1_EVENTS) {
@@ -141,15 +131,15 @@ describe('erasure of a person whose events were written before sealing (embedded
     const raw = await openEmbeddedEventStore(dir);
     const before = await replay(raw);
     await raw.close();
-    const everyFile = (): Buffer => Buffer.concat(files(dir).map((f) => readFileSync(f)));
-    expect(found(everyFile(), PERSONAL)).toEqual(PERSONAL);
+    const everyFile = (): Buffer => Buffer.concat(filesUnder(dir).map((f) => readFileSync(f)));
+    expect(foundIn(everyFile(), PERSONAL)).toEqual(PERSONAL);
 
     service = await startTestService('embedded', { DATA_DIR: dir });
     const started = service;
     await until(async () => (await started.readStore.collection('devices').get(HUB)) !== null, 'the hub in the read model');
     expect(await eraseCustomer(service)).toMatchObject({ status: 200, body: { erased: true, userId: USER } });
 
-    expect(found(everyFile(), PERSONAL)).toEqual([]);
+    expect(foundIn(everyFile(), PERSONAL)).toEqual([]);
     // Read through the service: the person's fields read as erased, ids and the rest kept.
     const synced = (await readAll(service.eventStore, `user-${USER}`)).find((e) => e.type === 'UserSynced');
     expect(synced?.data).toMatchObject({ userId: USER, syncId: SYNC_ID, created: true, email: ERASED, firstName: ERASED, lastName: ERASED, crm: ERASED, profile: ERASED });
@@ -195,7 +185,7 @@ describe('erasure of a person whose events were written before sealing (distribu
     expect([...(reported.streams ?? [])].sort()).toEqual([`device-${HUB}`, `session-${FAMILY}`, `session-${fixtureFamily}`, `user-${USER}`].sort());
     // UserSynced and EmailVerified; RefreshIssued and RefreshReuseDetected; RefreshIssued; DeviceRegistered.
     expect(reported.events).toBe(6);
-    expect(found(Buffer.from(logs, 'utf8'), PERSONAL)).toEqual([]);
+    expect(foundIn(Buffer.from(logs, 'utf8'), PERSONAL)).toEqual([]);
     // The account is gone all the same: a later sync of the same customer creates a new user.
     const again = await api(service, 'POST', '/auth/sync-customer', {
       headers: { 'X-Internal-Api-Key': CRM_KEY },

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import Redis from 'ioredis';
 import { MongoClient } from 'mongodb';
 import { createEsdbEventStore } from '../../src/infra/eventstore/esdb';
@@ -10,6 +9,7 @@ import { api, CRM_KEY, MODES, startTestService, type Mode, type TestService } fr
 import { startTestSmtpServer, type TestSmtpServer } from '../support/smtp';
 import { connect, refusal } from '../support/tunnel';
 import type { TunnelError } from '../../src/tunnel/events';
+import { filesUnder, foundIn } from '../support/data-dir-bytes';
 
 /**
  * Erasure (decisions §11), proven by scanning bytes: a person's e-mail, names, CRM fields,
@@ -22,18 +22,6 @@ import type { TunnelError } from '../../src/tunnel/events';
 
 const RATE_LIMITS = TIERS.map((tier) => (tier === 'export' ? 'export=5/3600' : `${tier}=1000000/60`)).join(',');
 const ERASED = '[erased]';
-
-function files(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const path = join(dir, name);
-    return statSync(path).isDirectory() ? files(path) : [path];
-  });
-}
-
-function found(haystack: string | Buffer, needles: readonly string[]): string[] {
-  const bytes = typeof haystack === 'string' ? Buffer.from(haystack, 'utf8') : haystack;
-  return needles.filter((n) => bytes.includes(Buffer.from(n, 'utf8')));
-}
 
 async function redisDump(url: string): Promise<string> {
   const redis = new Redis(url, { maxRetriesPerRequest: 1 });
@@ -278,25 +266,25 @@ describe.each<Mode>(MODES)('erasure by crypto-shredding (%s mode)', (mode) => {
       const esdb = await esdbDump(service.env.EVENTSTORE_URL as string);
       expect(esdb.events).toBeGreaterThan(20);
       expect(esdb.text).toContain(personId);
-      expect(found(esdb.text, secrets())).toEqual([]);
+      expect(foundIn(esdb.text, secrets())).toEqual([]);
       const mongo = await mongoDump(service.env.MONGODB_URI as string);
       expect(mongo.text).toContain(other.email);
-      expect(found(mongo.text, secrets())).toEqual([]);
+      expect(foundIn(mongo.text, secrets())).toEqual([]);
       const redis = await redisDump(service.env.REDIS_URL as string);
       expect(redis.length).toBeGreaterThan(0);
-      expect(found(redis, secrets())).toEqual([]);
-      expect(found(service.logs(), secrets())).toEqual([]);
+      expect(foundIn(redis, secrets())).toEqual([]);
+      expect(foundIn(service.logs(), secrets())).toEqual([]);
     } else {
       // While the service runs (the harness removes DATA_DIR when it stops): the erasure wrote a new start snapshot.
       const dataDir = service.env.DATA_DIR as string;
       const logs = service.logs();
-      const all = files(dataDir);
+      const all = filesUnder(dataDir);
       expect(all.some((f) => f.endsWith('read-models.snapshot'))).toBe(true);
-      const hits = all.flatMap((f) => found(readFileSync(f), secrets()).map((s) => `${f}: ${s}`));
+      const hits = all.flatMap((f) => foundIn(readFileSync(f), secrets()).map((s) => `${f}: ${s}`));
       expect(hits).toEqual([]);
       // The other household is still on disk (in the snapshot), so the scan looks where it should.
-      expect(all.some((f) => found(readFileSync(f), [other.email]).length > 0)).toBe(true);
-      expect(found(logs, secrets())).toEqual([]);
+      expect(all.some((f) => foundIn(readFileSync(f), [other.email]).length > 0)).toBe(true);
+      expect(foundIn(logs, secrets())).toEqual([]);
     }
   }, 120_000);
 

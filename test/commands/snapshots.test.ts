@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { handleCommand, loadAggregate, newCommandContext, type Clock, type FoldedStream } from '../../src/commands/handler';
+import { handleCommand, loadAggregate, newCommandContext, type FoldedStream } from '../../src/commands/handler';
 import {
   createDeviceSnapshots,
   DEVICE_SNAPSHOT_EVENT,
@@ -19,7 +19,8 @@ import { instrumentEventStore } from '../../src/infra/eventstore/instrumented';
 import { Histogram } from 'prom-client';
 import { deviceSubject } from '../../src/privacy/keyring';
 import { mulberry32 } from '../support/prng';
-import { countingReads } from '../support/stream-reads';
+import { manualClock } from '../support/manual-clock';
+import { countingReads, wrapStore } from '../support/stream-reads';
 import { privateEventStoreEachTest } from '../support/private-event-store';
 
 /**
@@ -32,18 +33,6 @@ import { privateEventStoreEachTest } from '../support/private-event-store';
 const fixture = privateEventStoreEachTest('hhc-snapshots-', (dir) => openEmbeddedEventStore(dir));
 
 const T0 = Date.parse('2026-11-28T08:00:00.000Z');
-
-/** A clock the test moves. */
-function manualClock(): Clock & { advance(seconds: number): string } {
-  let now = T0;
-  return {
-    now: () => new Date(now),
-    advance(seconds) {
-      now += seconds * 1000;
-      return new Date(now).toISOString();
-    },
-  };
-}
 
 const fullFold = (store: EventStore, uuid: string): Promise<{ state: DeviceState; revision: bigint }> =>
   loadAggregate(store, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid));
@@ -99,7 +88,7 @@ describe('device snapshots', () => {
     async (seed, knowsLength) => {
       const random = mulberry32(seed);
       const every = 2 + (seed % 3);
-      const clock = manualClock();
+      const clock = manualClock(T0);
       const { store, read, calls } = countingReads(fixture.store, knowsLength);
       const snapshots = createDeviceSnapshots(store, every);
       const devices = [randomUUID(), randomUUID()];
@@ -139,7 +128,7 @@ describe('device snapshots', () => {
   );
 
   test('the personal fields are sealed in the stored snapshot; once the device key is destroyed they read "[erased]", as in its events', async () => {
-    const clock = manualClock();
+    const clock = manualClock(T0);
     const snapshots = createDeviceSnapshots(fixture.store, 2);
     const uuid = randomUUID();
     const owner = randomUUID();
@@ -166,7 +155,7 @@ describe('device snapshots', () => {
   });
 
   test('a snapshot of another format, of another device or not a snapshot is ignored: the fold reads the whole stream', async () => {
-    const clock = manualClock();
+    const clock = manualClock(T0);
     const uuid = randomUUID();
     const owner = randomUUID();
     const ctx = newCommandContext({ type: 'user', id: owner }, randomUUID());
@@ -194,19 +183,13 @@ describe('device snapshots', () => {
   });
 
   test('a snapshot that cannot be written loses nothing: the command succeeds and the next fold reads the stream', async () => {
-    const clock = manualClock();
-    const failing: EventStore = {
-      ...fixture.store,
+    const clock = manualClock(T0);
+    const failing = wrapStore(fixture.store, {
       append: async (streamName, events, expected) => {
         if (streamName.startsWith(DEVICE_SNAPSHOT_PREFIX)) throw new Error('disk full');
         return fixture.store.append(streamName, events, expected);
       },
-      readStream: (streamName, options) => fixture.store.readStream(streamName, options),
-      subscribe: (options) => fixture.store.subscribe(options),
-      setStreamMaxAge: (streamName, seconds) => fixture.store.setStreamMaxAge(streamName, seconds),
-      headPosition: () => fixture.store.headPosition(),
-      close: () => fixture.store.close(),
-    };
+    });
     const snapshots = createDeviceSnapshots(failing, 2);
     const uuid = randomUUID();
     const owner = randomUUID();

@@ -14,6 +14,7 @@ import { derivePrivacyKeys } from '../../src/privacy/crypto';
 import { createPrivateEventStore } from '../../src/privacy/event-store';
 import { createKeyring, deviceSubject } from '../../src/privacy/keyring';
 import { ERASED } from '../../src/privacy/personal-fields';
+import { wrapStore } from '../support/stream-reads';
 
 /**
  * A snapshot is sealed after the command's append, with no expected revision: between the two,
@@ -109,15 +110,21 @@ describe('a snapshot sealed after its device was erased', () => {
     expect((await heartbeat).events.map((e) => e.type)).toEqual(['DeviceWentOnline']);
 
     // Anyone reading the log afterwards (another process: a keyring of its own over the same key store).
-    const reader = createPrivateEventStore(raw, { keyring: createKeyring(credentials, KEK) });
-    const readable: unknown[] = [];
-    for await (const event of reader.readStream(deviceSnapshotStream(uuid))) readable.push(event.data);
+    const readable = await snapshotsSeenByAnotherProcess(uuid);
     for (const data of readable) expect(data).toMatchObject({ state: { name: ERASED, ipAddress: ERASED, metadata: ERASED } });
     expect(JSON.stringify(readable)).not.toContain(NAME);
     // No key was made for the erased device.
     expect(await credentials.getDataKey(deviceSubject(uuid))).toBeNull();
   });
   /** A device whose events were all written before personal fields were sealed: it has no data key. */
+  /** The device's snapshots as another process reads them: a keyring of its own over the same key store. */
+  async function snapshotsSeenByAnotherProcess(uuid: string): Promise<unknown[]> {
+    const reader = createPrivateEventStore(raw, { keyring: createKeyring(credentials, KEK) });
+    const readable: unknown[] = [];
+    for await (const event of reader.readStream(deviceSnapshotStream(uuid))) readable.push(event.data);
+    return readable;
+  }
+
   async function legacyDevice(uuid: string, owner: string, at: () => string): Promise<void> {
     const metadata = { occurredAt: at(), actor: { type: 'user' as const, id: owner }, requestId: 'r', causationId: 'c', correlationId: 'r' };
     await raw.append(
@@ -136,21 +143,17 @@ describe('a snapshot sealed after its device was erased', () => {
     let reached: () => void = () => undefined;
     let open: () => void = () => undefined;
     return {
-      ...store,
-      async append(streamName, events, expected) {
-        if (armed && streamName.startsWith('snapshot-')) {
-          armed = false;
-          const gate = new Promise<void>((resolve) => (open = resolve));
-          reached();
-          await gate;
-        }
-        return store.append(streamName, events, expected);
-      },
-      readStream: (streamName, options) => store.readStream(streamName, options),
-      subscribe: (options) => store.subscribe(options),
-      setStreamMaxAge: (streamName, seconds) => store.setStreamMaxAge(streamName, seconds),
-      headPosition: () => store.headPosition(),
-      close: () => store.close(),
+      ...wrapStore(store, {
+        async append(streamName, events, expected) {
+          if (armed && streamName.startsWith('snapshot-')) {
+            armed = false;
+            const gate = new Promise<void>((resolve) => (open = resolve));
+            reached();
+            await gate;
+          }
+          return store.append(streamName, events, expected);
+        },
+      }),
       arm() {
         armed = true;
         return new Promise<void>((resolve) => (reached = resolve));
@@ -204,9 +207,7 @@ describe('a snapshot sealed after its device was erased', () => {
     held.release();
     expect((await heartbeat).events.map((e) => e.type)).toEqual(['DeviceWentOnline']);
 
-    const reader = createPrivateEventStore(raw, { keyring: createKeyring(credentials, KEK) });
-    const readable: unknown[] = [];
-    for await (const event of reader.readStream(deviceSnapshotStream(uuid))) readable.push(event.data);
+    const readable = await snapshotsSeenByAnotherProcess(uuid);
     expect(JSON.stringify(readable)).not.toContain(NAME);
     expect(await credentials.getDataKey(deviceSubject(uuid))).toBeNull();
   });

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DEVICE_SNAPSHOT_EVENT, DEVICE_SNAPSHOT_EVERY, deviceSnapshotStream } from '../../src/commands/snapshots';
@@ -9,6 +9,7 @@ import { SNAPSHOT_FILE_NAME } from '../../src/runtime/snapshot';
 import { api, CRM_KEY, createUser, MODES, startTestService, type Mode, type TestService } from '../support/harness';
 import { runReplay } from '../support/replay';
 import { snapshotReadModels } from '../support/snapshot';
+import { filesUnder, foundIn } from '../support/data-dir-bytes';
 
 /**
  * Device snapshots through the whole service, in both modes: a household's hub with a long
@@ -21,18 +22,6 @@ import { snapshotReadModels } from '../support/snapshot';
  */
 
 const ERASED = '[erased]';
-
-function files(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const path = join(dir, name);
-    return statSync(path).isDirectory() ? files(path) : [path];
-  });
-}
-
-function found(haystack: string | Buffer, needles: readonly string[]): string[] {
-  const bytes = typeof haystack === 'string' ? Buffer.from(haystack, 'utf8') : haystack;
-  return needles.filter((n) => bytes.includes(Buffer.from(n, 'utf8')));
-}
 
 async function readAll(store: EventStore, stream: string): Promise<Array<{ type: string; data: Record<string, unknown> }>> {
   const events: Array<{ type: string; data: Record<string, unknown> }> = [];
@@ -153,7 +142,7 @@ describe.each<Mode>(MODES)('device snapshots through the service (%s mode)', (mo
     const audit = await api(service, 'GET', `/devices/${idaHub.uuid}/history?limit=100`, { token: admin.accessToken });
     expect(audit.status).toBe(200);
     expect(JSON.stringify(audit.body)).not.toContain(DEVICE_SNAPSHOT_EVENT);
-    expect(found(JSON.stringify(audit.body), secrets)).toEqual([]);
+    expect(foundIn(JSON.stringify(audit.body), secrets)).toEqual([]);
     expect(await historyTypes(idaHub.uuid)).toEqual([...idaHistory, 'DeviceDeleted']);
     // The deleted hub refuses its token (a cold fold or a cached one: the same answer).
     expect((await api(service, 'POST', `/devices/heartbeat/${idaHub.uuid}`, { token: idaHub.current, body: {} })).status).toBe(401);
@@ -164,7 +153,7 @@ describe.each<Mode>(MODES)('device snapshots through the service (%s mode)', (mo
 
     // The bytes.
     if (mode === 'distributed') {
-      expect(found(await esdbText(service.env.EVENTSTORE_URL as string), secrets)).toEqual([]);
+      expect(foundIn(await esdbText(service.env.EVENTSTORE_URL as string), secrets)).toEqual([]);
       // Another API process: its first fold of the other hub is cold (from the newest snapshot).
       const another = await service.startAnother();
       stopped.push(another);
@@ -172,7 +161,7 @@ describe.each<Mode>(MODES)('device snapshots through the service (%s mode)', (mo
       return;
     }
     const dir = dataDir as string;
-    expect(files(dir).flatMap((f) => found(readFileSync(f), secrets).map((s) => `${f}: ${s}`))).toEqual([]);
+    expect(filesUnder(dir).flatMap((f) => foundIn(readFileSync(f), secrets).map((s) => `${f}: ${s}`))).toEqual([]);
 
     // Embedded: `npm run replay` on the stopped DATA_DIR, then restarts with and without the start snapshot.
     const expectedHistory = (await api(service, 'GET', `/devices/${otherHub.uuid}/history?limit=100`, { token: admin.accessToken })).body;

@@ -10,6 +10,7 @@ import type { AppendResult, EventStore, ExpectedRevision, NewEvent } from '../..
 import { startEsdbStandin, type EsdbStandin } from '../support/esdb-standin';
 import { mulberry32 } from '../support/prng';
 import { privateEventStoreEachTest } from '../support/private-event-store';
+import { wrapStore } from '../support/stream-reads';
 
 /**
  * The invariant of device snapshots, attacked with what one process's tests do not do: two
@@ -34,18 +35,14 @@ afterAll(async () => {
 function lateSnapshots(store: EventStore): EventStore & { pending(): number; flush(index: number): Promise<void> } {
   const held: Array<{ streamName: string; events: readonly NewEvent[]; expected: ExpectedRevision }> = [];
   return {
-    ...store,
-    async append(streamName, events, expected): Promise<AppendResult> {
-      if (!streamName.startsWith(DEVICE_SNAPSHOT_PREFIX)) return store.append(streamName, events, expected);
-      held.push({ streamName, events, expected });
-      // As if written: the writer does not wait for it (a crash would lose it; here it lands later).
-      return { nextExpectedRevision: 0n, position: { commit: 0n, prepare: 0n } };
-    },
-    readStream: (streamName, options) => store.readStream(streamName, options),
-    subscribe: (options) => store.subscribe(options),
-    setStreamMaxAge: (streamName, seconds) => store.setStreamMaxAge(streamName, seconds),
-    headPosition: () => store.headPosition(),
-    close: () => store.close(),
+    ...wrapStore(store, {
+      async append(streamName, events, expected): Promise<AppendResult> {
+        if (!streamName.startsWith(DEVICE_SNAPSHOT_PREFIX)) return store.append(streamName, events, expected);
+        held.push({ streamName, events, expected });
+        // As if written: the writer does not wait for it (a crash would lose it; here it lands later).
+        return { nextExpectedRevision: 0n, position: { commit: 0n, prepare: 0n } };
+      },
+    }),
     pending: () => held.length,
     async flush(index) {
       const [late] = held.splice(index, 1);

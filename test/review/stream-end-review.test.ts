@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Histogram } from 'prom-client';
-import { foldStream, handleCommand, newCommandContext, toNewEvents, type Clock, type FoldedStream } from '../../src/commands/handler';
+import { foldStream, handleCommand, newCommandContext, toNewEvents, type FoldedStream } from '../../src/commands/handler';
 import { createDeviceSnapshots, deviceSnapshotStream, type SnapshotStore } from '../../src/commands/snapshots';
 import { deviceDecider, type DeviceCommand, type DeviceState } from '../../src/domain/device';
 import { DomainError } from '../../src/domain/errors';
@@ -13,6 +13,7 @@ import { instrumentEventStore } from '../../src/infra/eventstore/instrumented';
 import type { EventStore } from '../../src/infra/eventstore/port';
 import { privateEventStoreEachTest } from '../support/private-event-store';
 import { mulberry32 } from '../support/prng';
+import { manualClock } from '../support/manual-clock';
 import { countingReads } from '../support/stream-reads';
 
 /**
@@ -27,17 +28,6 @@ import { countingReads } from '../support/stream-reads';
 const fixture = privateEventStoreEachTest('hhc-stream-end-', (dir) => openEmbeddedEventStore(dir, { reclaimIntervalMs: 0 }));
 
 const T0 = Date.parse('2026-11-28T08:00:00.000Z');
-function manualClock(): Clock & { advance(seconds: number): string } {
-  let now = T0;
-  return {
-    now: () => new Date(now),
-    advance(seconds) {
-      now += seconds * 1000;
-      return new Date(now).toISOString();
-    },
-  };
-}
-
 /** The store as the embedded service composes it: privacy over metrics over the log. */
 function composed(): EventStore {
   const appendSeconds = new Histogram({ name: `review_stream_end_${randomUUID().replace(/-/g, '')}`, help: 'review', registers: [] });
@@ -74,7 +64,7 @@ function randomCommand(random: () => number, uuid: string, owner: string, clock:
 /** A device stream of about `commands` commands, written through the command handler with device snapshots every 8 events. */
 async function deviceWithHistory(store: EventStore, seed: number, commands: number): Promise<string> {
   const random = mulberry32(seed);
-  const clock = manualClock();
+  const clock = manualClock(T0);
   const uuid = randomUUID();
   const owner = randomUUID();
   const snapshots = createDeviceSnapshots(store, 8, fixture.keyring);
@@ -166,7 +156,7 @@ describe('streamEnd and foldStream', () => {
     const store = composed();
     const uuid = await deviceWithHistory(store, 8, 30);
     const stream = deviceStream(uuid);
-    const clock = manualClock();
+    const clock = manualClock(T0);
     clock.advance(100_000);
     const snapshots = createDeviceSnapshots(store, 8, fixture.keyring);
     const folds = Array.from({ length: 6 }, () => foldStream(store, deviceDecider, stream, { snapshots }));

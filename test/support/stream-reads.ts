@@ -10,6 +10,22 @@ export interface CountedReads {
 }
 
 /**
+ * `store` with its `append` or `readStream` replaced, every other call passed on as it is
+ * (`streamEnd` too, unless `knowsLength` is false: a store that does not know stream lengths).
+ */
+export function wrapStore(store: EventStore, replaced: Partial<Pick<EventStore, 'append' | 'readStream'>>, knowsLength = true): EventStore {
+  return {
+    append: replaced.append ?? ((streamName, events, expected) => store.append(streamName, events, expected)),
+    readStream: replaced.readStream ?? ((streamName, options) => store.readStream(streamName, options)),
+    ...(knowsLength && store.streamEnd !== undefined ? { streamEnd: store.streamEnd } : {}),
+    subscribe: (options) => store.subscribe(options),
+    setStreamMaxAge: (streamName, seconds) => store.setStreamMaxAge(streamName, seconds),
+    headPosition: () => store.headPosition(),
+    close: () => store.close(),
+  };
+}
+
+/**
  * `knowsLength`: whether the counting store passes on `streamEnd` (the embedded log's, without
  * I/O) when `store` has it; without it a fold learns a stream is long by reading it.
  */
@@ -20,20 +36,18 @@ export function countingReads(store: EventStore, knowsLength = true): CountedRea
   return {
     read,
     calls,
-    store: {
-      append: (streamName, events, expected) => store.append(streamName, events, expected),
-      async *readStream(streamName: string, options?: ReadStreamOptions): AsyncGenerator<RecordedEvent> {
-        bump(calls, streamName);
-        for await (const event of store.readStream(streamName, options)) {
-          bump(read, streamName);
-          yield event;
-        }
+    store: wrapStore(
+      store,
+      {
+        async *readStream(streamName: string, options?: ReadStreamOptions): AsyncGenerator<RecordedEvent> {
+          bump(calls, streamName);
+          for await (const event of store.readStream(streamName, options)) {
+            bump(read, streamName);
+            yield event;
+          }
+        },
       },
-      ...(knowsLength && store.streamEnd !== undefined ? { streamEnd: store.streamEnd } : {}),
-      subscribe: (options) => store.subscribe(options),
-      setStreamMaxAge: (streamName, seconds) => store.setStreamMaxAge(streamName, seconds),
-      headPosition: () => store.headPosition(),
-      close: () => store.close(),
-    },
+      knowsLength,
+    ),
   };
 }

@@ -1,9 +1,11 @@
 import type Redis from 'ioredis';
-import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import { RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import { MemoryWindows, type MonotonicClock } from './memory-windows';
 
 /**
- * Rate limits (interface: Limits; decisions §6), counted by `rate-limiter-flexible`: in
- * memory in embedded mode, in Redis (shared by every process) in distributed mode.
+ * Rate limits (interface: Limits; decisions §6): counted in this process's memory in embedded
+ * mode (memory-windows.ts), in Redis by `rate-limiter-flexible` (shared by every process) in
+ * distributed mode. Both count fixed windows that start at a key's first point.
  */
 export const TIERS = [
   'login',
@@ -85,8 +87,7 @@ class StoreTimeoutError extends Error {
 }
 
 /** `work`, or a StoreTimeoutError after `ms` (the work itself runs on; its late answer is dropped). */
-function within<T>(work: Promise<T>, ms: number | null): Promise<T> {
-  if (ms === null) return work;
+function within<T>(work: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new StoreTimeoutError(ms)), ms);
@@ -116,14 +117,14 @@ function build(
   limits: Readonly<Record<Tier, TierLimit>>,
   make: (tier: Tier, limit: TierLimit) => RateLimiterAbstract,
   onStoreError: (tier: Tier, error: Error) => void,
-  guard: StoreGuard | null,
+  guard: StoreGuard,
 ): RateLimiter {
   const limiters = new Map<Tier, RateLimiterAbstract>(TIERS.map((tier) => [tier, make(tier, limits[tier])]));
   // A stalled store would add the whole timeout to every request and pile calls up behind it.
   let pausedUntil = 0;
   /** The store did not answer, or failed: fail open — keep answering — and say so. */
   const storeFailed = (tier: Tier, rejection: unknown, now: number): Decision => {
-    if (rejection instanceof StoreTimeoutError && guard !== null) pausedUntil = Date.now() + guard.pauseMs;
+    if (rejection instanceof StoreTimeoutError) pausedUntil = Date.now() + guard.pauseMs;
     onStoreError(tier, rejection instanceof Error ? rejection : new Error(String(rejection)));
     return failOpen(limits[tier], now);
   };
@@ -133,7 +134,7 @@ function build(
       if (Date.now() < pausedUntil) return;
       const limiter = limiters.get(tier) as RateLimiterAbstract;
       try {
-        await within(limiter.reward(key, 1), guard?.timeoutMs ?? null);
+        await within(limiter.reward(key, 1), guard.timeoutMs);
       } catch (rejection) {
         onStoreError(tier, rejection instanceof Error ? rejection : new Error(String(rejection)));
       }
@@ -144,7 +145,7 @@ function build(
       const now = Date.now();
       try {
         if (now < pausedUntil) throw new StorePausedError();
-        return decision(limit, await within(limiter.consume(key, 1), guard?.timeoutMs ?? null), true, now);
+        return decision(limit, await within(limiter.consume(key, 1), guard.timeoutMs), true, now);
       } catch (rejection) {
         if (rejection instanceof RateLimiterRes) return decision(limit, rejection, false, now);
         return storeFailed(tier, rejection, now);
@@ -153,13 +154,32 @@ function build(
   };
 }
 
-export function createMemoryRateLimiter(limits: Readonly<Record<Tier, TierLimit>> = DEFAULT_LIMITS): RateLimiter {
-  return build(
-    limits,
-    (tier, limit) => new RateLimiterMemory({ keyPrefix: tier, points: limit.points, duration: limit.durationSeconds }),
-    () => undefined,
-    null,
-  );
+/**
+ * Counters in this process's memory (embedded mode): a fixed window per tier and key
+ * (src/ratelimit/memory-windows.ts), answered without waiting for anything.
+ */
+export function createMemoryRateLimiter(limits: Readonly<Record<Tier, TierLimit>> = DEFAULT_LIMITS, now?: MonotonicClock): RateLimiter {
+  const windows = new Map<Tier, MemoryWindows>(TIERS.map((tier) => [tier, new MemoryWindows(limits[tier].durationSeconds * 1000, now)]));
+  const windowsOf = (tier: Tier): MemoryWindows => windows.get(tier) as MemoryWindows;
+  return {
+    limitOf: (tier) => limits[tier],
+    refund(tier, key) {
+      windowsOf(tier).refund(key);
+      return Promise.resolve();
+    },
+    consume(tier, key) {
+      const limit = limits[tier];
+      const counted = windowsOf(tier).consume(key);
+      const allowed = counted.points <= limit.points;
+      return Promise.resolve({
+        allowed,
+        limit: limit.points,
+        remaining: allowed ? limit.points - counted.points : 0,
+        resetAt: Math.ceil((Date.now() + counted.msLeft) / 1000),
+        retryAfter: allowed ? 0 : Math.max(1, Math.ceil(counted.msLeft / 1000)),
+      });
+    },
+  };
 }
 
 /**

@@ -47,6 +47,14 @@ function limiterContract(name: string, open: () => Promise<{ limiter: RateLimite
       expect((await limiter.consume('refresh', a)).allowed).toBe(true);
     });
 
+    test('a refund gives one point of the open window back', async () => {
+      const key = randomUUID();
+      for (let i = 0; i < 3; i++) await limiter.consume('login', key);
+      await limiter.refund('login', key);
+      expect(await limiter.consume('login', key)).toMatchObject({ allowed: true, remaining: 0 });
+      expect((await limiter.consume('login', key)).allowed).toBe(false);
+    });
+
     test('the window resets', async () => {
       const key = randomUUID();
       await limiter.consume('general', key);

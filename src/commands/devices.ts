@@ -22,6 +22,7 @@ import { countOwnedDevices, findDeviceByInternalId } from '../projections/device
 import { findUserByEmail } from '../projections/users';
 import type { Keyring } from '../privacy/keyring';
 import type { Watermark } from '../projections/watermark';
+import { OneAtATime } from './one-at-a-time';
 import { createDeviceSnapshots, DEVICE_SNAPSHOT_EVERY } from './snapshots';
 import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
 
@@ -140,41 +141,50 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
     return user.id;
   };
 
+  /** A user's registrations, one at a time in this process (see `register`). */
+  const registrations = new OneAtATime();
+
+  const registerNow = async (input: RegisterDeviceInput, ctx: CommandContext, actorUserId: string): Promise<ActiveDevice> => {
+    const [ownedDeviceCount, shadowed] = await Promise.all([countOwnedDevices(readStore, actorUserId), findDeviceByInternalId(readStore, input.uuid)]);
+    // A uuid that is another device's internal id would make `/devices/<id>` ambiguous (decisions §4).
+    if (shadowed !== null && shadowed.uuid !== input.uuid) throw new ConflictError(DEVICE_MESSAGES.alreadyRegistered);
+    const result = await run(
+      input.uuid,
+      {
+        type: 'RegisterDevice',
+        data: {
+          id: randomUUID(),
+          uuid: input.uuid,
+          deviceId: input.deviceId,
+          name: input.name,
+          ipAddress: input.ipAddress ?? null,
+          ...(input.port !== undefined ? { port: input.port } : {}),
+          metadata: input.metadata ?? null,
+          actorUserId,
+          linkId: randomUUID(),
+          ownedDeviceCount,
+          maxDevicesPerUser: deps.maxDevicesPerUser,
+          now: clock.now().toISOString(),
+        },
+      },
+      ctx,
+    );
+    // Once per registration; setting it again after a re-registration changes nothing.
+    await eventStore.setStreamMaxAge(heartbeatStream(input.uuid), deps.heartbeatRetentionSeconds ?? HEARTBEAT_MAX_AGE_SECONDS);
+    await settle(result.position);
+    return active(result.state);
+  };
+
   return {
     async register(input, ctx) {
       const actorUserId = actingUser(ctx);
-      // Accepted race: the count comes from the read model, so two registrations by one user
-      // racing at the limit can both pass and leave them one (or a few) over it. Exactness
-      // would need every ownership change of every device serialized through one per-user
-      // stream; the limit guards against runaway accounts, not against a device too many.
-      const [ownedDeviceCount, shadowed] = await Promise.all([countOwnedDevices(readStore, actorUserId), findDeviceByInternalId(readStore, input.uuid)]);
-      // A uuid that is another device's internal id would make `/devices/<id>` ambiguous (decisions §4).
-      if (shadowed !== null && shadowed.uuid !== input.uuid) throw new ConflictError(DEVICE_MESSAGES.alreadyRegistered);
-      const result = await run(
-        input.uuid,
-        {
-          type: 'RegisterDevice',
-          data: {
-            id: randomUUID(),
-            uuid: input.uuid,
-            deviceId: input.deviceId,
-            name: input.name,
-            ipAddress: input.ipAddress ?? null,
-            ...(input.port !== undefined ? { port: input.port } : {}),
-            metadata: input.metadata ?? null,
-            actorUserId,
-            linkId: randomUUID(),
-            ownedDeviceCount,
-            maxDevicesPerUser: deps.maxDevicesPerUser,
-            now: clock.now().toISOString(),
-          },
-        },
-        ctx,
-      );
-      // Once per registration; setting it again after a re-registration changes nothing.
-      await eventStore.setStreamMaxAge(heartbeatStream(input.uuid), deps.heartbeatRetentionSeconds ?? HEARTBEAT_MAX_AGE_SECONDS);
-      await settle(result.position);
-      return active(result.state);
+      // The count comes from the read model, which each registration updates before it is
+      // answered (`settle`): a user's registrations in this process run one at a time, so two at
+      // the limit cannot both pass. Across API processes (distributed) they still can, and may
+      // leave a user one (or a few) over it; exactness there would need every ownership change
+      // serialized through one per-user stream, and the limit guards against runaway accounts,
+      // not against a device too many.
+      return await registrations.run(actorUserId, () => registerNow(input, ctx, actorUserId));
     },
 
     async update(uuid, changes, ctx) {

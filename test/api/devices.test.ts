@@ -611,6 +611,18 @@ describe.each<Mode>(MODES)('devices (%s mode)', (mode) => {
       expect((await api(limited, 'DELETE', `/devices/${first.id}`, { token: owner.accessToken })).status).toBe(200);
       await register(owner, {}, limited);
     });
+
+    test('registrations racing at the limit: exactly the places left are taken, the rest get 409', async () => {
+      const owner = await createUser(limited);
+      const attempts = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => api(limited, 'POST', '/devices/register', { token: owner.accessToken, body: { uuid: randomUUID(), deviceId: `R${i}`, name: `Racer ${i}` } })),
+      );
+      const statuses = attempts.map((res) => res.status).sort();
+      expect(statuses).toEqual([201, 201, 409, 409, 409, 409]);
+      for (const res of attempts.filter((r) => r.status === 409)) expect(res.body).toEqual(errorOf(409, 'Device limit reached', 'Conflict'));
+      const list = await api(limited, 'GET', '/devices', { token: owner.accessToken });
+      expect((list.body as ListBody).meta.total).toBe(2);
+    });
   });
 
   if (mode === 'distributed') {

@@ -97,7 +97,9 @@ export function createSessionCommands(deps: SessionCommandDeps): SessionCommands
     async rotate(presented, client, ctx) {
       let result;
       try {
-        // Without the handler's conflict retry: the one whose append comes second lost the race.
+        // An append that meets another one in the family is decided again on what that one
+        // wrote: a token rotated moments ago is a lost race (refused, the family untouched), one
+        // rotated long ago is reuse (the family revoked) whatever else happens in it meanwhile.
         result = await handleCommand(
           eventStore,
           sessionDecider,
@@ -115,10 +117,9 @@ export function createSessionCommands(deps: SessionCommandDeps): SessionCommands
           },
           ctx,
           clock,
-          { maxRetries: 0 },
         );
       } catch (error) {
-        // Lost the race for this token to a concurrent refresh: refused, the family untouched.
+        // Still meeting other appends after every retry: refused, the family untouched.
         if (error instanceof ConflictError) throw new UnauthorizedError(SESSION_MESSAGES.revoked);
         throw error;
       }

@@ -7,6 +7,7 @@ import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { Watermark } from '../projections/watermark';
 import { SubjectErasedError } from '../privacy/keyring';
 import { handleCommand, loadAggregate, type Clock, type CommandContext, type HandledCommand } from './handler';
+import { OneAtATime } from './one-at-a-time';
 import { claimReservation, liveOwner } from './reservations';
 
 export interface UserCommandDeps {
@@ -126,8 +127,17 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
     }
   };
 
-  /** The user's stream decides the sync (expected revision: a concurrent append re-decides). */
-  const syncUser = (userId: string, input: SyncCustomerInput, now: string, ctx: CommandContext): Promise<HandledCommand<UserState, UserEvent>> =>
+  /**
+   * The user's stream decides the sync (expected revision: a concurrent append re-decides).
+   * `beforeAppend` sees the state each decision was made on.
+   */
+  const syncUser = (
+    userId: string,
+    input: SyncCustomerInput,
+    now: string,
+    ctx: CommandContext,
+    beforeAppend: (state: UserState) => Promise<void>,
+  ): Promise<HandledCommand<UserState, UserEvent>> =>
     handleCommand(
       eventStore,
       userDecider,
@@ -138,47 +148,76 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       },
       ctx,
       clock,
+      { beforeAppend },
     );
+
+  /** Syncs of one CRM customer, one at a time in this process (see `syncCustomer`). */
+  const customers = new OneAtATime();
+
+  const syncNow = async (input: SyncCustomerInput, ctx: CommandContext): Promise<SyncCustomerResult> => {
+    const now = clock.now().toISOString();
+    const { userId, position: claimPosition } = await userIdForCustomer(input.id, ctx);
+    const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
+    // Found live above and erased since: the user is gone (their stream takes nothing more);
+    // refused before anything is claimed for them. A sync made now creates a new user.
+    if (!before.state.exists && before.state.erased === true) throw new UserErasedError();
+
+    // The e-mail is unique across users: it is claimed before the user takes it, for the state
+    // the append is decided on (a concurrent sync may have changed the address since `before`),
+    // and the address that state had is the one the append leaves, released after it.
+    let claimedEmail = false;
+    let previousEmail: string | null = null;
+    const claimFor = async (state: UserState): Promise<void> => {
+      previousEmail = state.exists ? state.email : null;
+      if (previousEmail === input.email || claimedEmail) return;
+      await assertLegacyEmailFree(input.email, userId);
+      const claimed = await claimReservation(eventStore, emailReservation, emailStream(input.email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock);
+      claimedEmail = claimed.events.length > 0;
+    };
+
+    const result = await syncUser(userId, input, now, ctx, claimFor).catch(async (error: unknown) => {
+      // Erased while this sync ran (their stream ends with UserErased, or their data key is
+      // destroyed for good): refused, and the address this sync claimed for them freed.
+      if (!(error instanceof SubjectErasedError) && !(error instanceof UserErasedError)) throw error;
+      if (claimedEmail) await releaseEmail(input.email, userId, ctx);
+      throw new UserErasedError();
+    });
+
+    const left: string | null = result.events.length > 0 ? previousEmail : null;
+    if (left !== null && left !== input.email) {
+      await releaseEmail(left, userId, ctx);
+      // A sync in another process may have set the address back meanwhile, its claim finding it
+      // still held: it is claimed again for the user who has it now.
+      const after = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
+      if (after.state.exists && after.state.email === left) {
+        // This sync's own change was made: a claim that finds the address taken (in that moment) does not undo it.
+        await claimReservation(eventStore, emailReservation, emailStream(left), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock).catch((error: unknown) => {
+          if (!(error instanceof ConflictError)) throw error;
+        });
+      }
+    }
+
+    await settle([claimPosition, result.position]);
+    if (!result.state.exists) throw new Error('sync-customer left no user behind');
+    // Once the user reads as inactive, no new family can be opened (login checks), nor
+    // an old one rotated (refresh checks too, for a family opened in between).
+    if (result.events.some((e) => e.type === 'UserDeactivated')) {
+      await deps.revokeSessions(userId, 'deactivated', ctx);
+      if (result.position !== null) await deps.revocationsApplied?.(result.position);
+    }
+    const created = result.events.some((e) => e.type === 'UserSynced' && e.data.created);
+    return { user: result.state, created };
+  };
 
   return {
     releaseEmail,
-    async syncCustomer(input, ctx) {
-      const now = clock.now().toISOString();
-      const { userId, position: claimPosition } = await userIdForCustomer(input.id, ctx);
-      const before = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
-      // Found live above and erased since: the user is gone (their stream takes nothing more);
-      // refused before anything is claimed for them. A sync made now creates a new user.
-      if (!before.state.exists && before.state.erased === true) throw new UserErasedError();
-      const previousEmail = before.state.exists ? before.state.email : null;
-
-      // The e-mail is unique across users: claim it before the user takes it.
-      let claimedEmail = false;
-      if (previousEmail !== input.email) {
-        await assertLegacyEmailFree(input.email, userId);
-        const claimed = await claimReservation(eventStore, emailReservation, emailStream(input.email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock);
-        claimedEmail = claimed.events.length > 0;
-      }
-
-      const result = await syncUser(userId, input, now, ctx).catch(async (error: unknown) => {
-        // Erased while this sync ran (their stream ends with UserErased, or their data key is
-        // destroyed for good): refused, and the address this sync claimed for them freed.
-        if (!(error instanceof SubjectErasedError) && !(error instanceof UserErasedError)) throw error;
-        if (claimedEmail) await releaseEmail(input.email, userId, ctx);
-        throw new UserErasedError();
-      });
-
-      if (previousEmail !== null && previousEmail !== input.email) await releaseEmail(previousEmail, userId, ctx);
-
-      await settle([claimPosition, result.position]);
-      if (!result.state.exists) throw new Error('sync-customer left no user behind');
-      // Once the user reads as inactive, no new family can be opened (login checks), nor
-      // an old one rotated (refresh checks too, for a family opened in between).
-      if (result.events.some((e) => e.type === 'UserDeactivated')) {
-        await deps.revokeSessions(userId, 'deactivated', ctx);
-        if (result.position !== null) await deps.revocationsApplied?.(result.position);
-      }
-      const created = result.events.some((e) => e.type === 'UserSynced' && e.data.created);
-      return { user: result.state, created };
+    syncCustomer(input, ctx) {
+      // Syncs of one customer in this process run one at a time, as a CRM's retries and edits
+      // of one record would expect. Across API processes (distributed) they can still meet; each
+      // claims for the state its append is decided on, and an address set back by another while
+      // one sync released it is claimed again. What is left is the moment between that release
+      // and the claim again, in which another customer could take the address.
+      return customers.run(String(input.id), () => syncNow(input, ctx));
     },
   };
 }

@@ -95,6 +95,8 @@ export interface DeviceCommands {
    * generation was issued or the device was deleted. Nothing is written.
    */
   renewToken(uuid: string, tokenGen: number): Promise<ActiveDevice>;
+  /** The same check as `renewToken`, for a hub's request refused otherwise: a revoked token is told so (401) before anything else. */
+  assertCurrentToken(uuid: string, tokenGen: number): Promise<ActiveDevice>;
   /** `tokenGen` is the `gen` claim of the device token that authenticated the heartbeat. */
   heartbeat(uuid: string, tokenGen: number, input: HeartbeatInput, ctx: CommandContext): Promise<HeartbeatResult>;
 }
@@ -139,6 +141,14 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
     const user = await findUserByEmail(readStore, email);
     if (user === null) throw new NotFoundError(USER_MESSAGES.notFound);
     return user.id;
+  };
+
+  const currentToken = async (uuid: string, tokenGen: number): Promise<ActiveDevice> => {
+    const stream = deviceStream(uuid);
+    const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, cache.get(stream), snapshots);
+    if (known.revision >= 0n) cache.set(stream, known);
+    if (known.state.status !== 'active' || known.state.gen !== tokenGen) throw new UnauthorizedError(DEVICE_MESSAGES.tokenRevoked);
+    return known.state;
   };
 
   /** A user's registrations, one at a time in this process (see `register`). */
@@ -227,13 +237,8 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
       return active(result.state);
     },
 
-    async renewToken(uuid, tokenGen) {
-      const stream = deviceStream(uuid);
-      const known = await loadAggregate(eventStore, deviceDecider.evolve, deviceDecider.initialState, stream, cache.get(stream), snapshots);
-      if (known.revision >= 0n) cache.set(stream, known);
-      if (known.state.status !== 'active' || known.state.gen !== tokenGen) throw new UnauthorizedError(DEVICE_MESSAGES.tokenRevoked);
-      return known.state;
-    },
+    renewToken: currentToken,
+    assertCurrentToken: currentToken,
 
     /**
      * The hot path: two event-store calls for a routine heartbeat. It appends the tiny

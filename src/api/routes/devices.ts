@@ -245,6 +245,9 @@ export function deviceRoutes(deps: DeviceDeps): Router {
 
   router.post('/heartbeat/:uuid', async (req, res) => {
     const { claims, uuid } = hubClaims(req, res);
+    // A revoked token is refused as such (401), whatever the body: a hub stops on 401 and
+    // would only retry a 400. A valid body is checked against the token by the heartbeat itself.
+    if (!heartbeatBody.safeParse(req.body ?? {}).success) await deps.devices.assertCurrentToken(uuid, claims.gen);
     const body = parseInput(heartbeatBody, req.body ?? {});
     const device = await deps.devices.heartbeat(uuid, claims.gen, body, requestContext(res, { type: 'device', id: uuid }));
     res.status(200).json({ success: true, device });
@@ -329,7 +332,8 @@ export function deviceRoutes(deps: DeviceDeps): Router {
   router.delete('/:id/users/:userId', signedIn, async (req, res) => {
     const params = parseInput(deviceUserParams, req.params);
     const uuid = await uuidOf(params.id);
-    await deps.devices.unlink(uuid, params.userId, requestContext(res, user(res)));
+    // User ids are UUIDs, written in lower case: one in upper case names the same user.
+    await deps.devices.unlink(uuid, params.userId.toLowerCase(), requestContext(res, user(res)));
     res.status(200).json({ success: true });
   });
 

@@ -5,7 +5,7 @@ import type { PasswordHasher } from '../auth/passwords';
 import type { CredentialStore } from '../infra/credentials/port';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port';
 import type { ReadStore } from '../infra/readstore/port';
-import { DEVICES_COLLECTION, type DeviceDoc } from '../projections/devices';
+import { DEVICES_COLLECTION, metadataOf, type DeviceDoc } from '../projections/devices';
 import { SESSIONS_COLLECTION, type SessionDoc } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import { deviceTrailOf } from '../privacy/past-devices';
@@ -111,7 +111,7 @@ export function createAccountCommands(deps: AccountDeps): AccountCommands {
         const entry = doc.users.find((u) => u.userId === userId);
         if (entry === undefined) continue;
         const { users: _users, access: _access, id: _uuid, internalId, ...device } = doc;
-        deviceViews.push({ device: { id: internalId, ...device }, role: entry.role, linkedAt: entry.createdAt });
+        deviceViews.push({ device: { id: internalId, ...device, metadata: metadataOf(doc) }, role: entry.role, linkedAt: entry.createdAt });
       }
       // Their events on device streams, devices deleted or left since included.
       events.push(...(await deviceTrailOf(eventStore, userId)).acted.map(exported));

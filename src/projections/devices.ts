@@ -32,7 +32,12 @@ export interface DeviceDoc {
   readonly name: string;
   readonly ipAddress: string | null;
   readonly port: string;
-  readonly metadata: JsonObject | null;
+  /**
+   * The device's metadata as JSON text: free-form keys (`fw.version`, `$schema`) that a
+   * document store would take for paths or operators are kept as they are. Read it with
+   * `metadataOf`; documents written before hold the object itself.
+   */
+  readonly metadata: string | JsonObject | null;
   readonly isOnline: boolean;
   /** The newest heartbeat seen (every heartbeat, not only presence changes). */
   readonly lastSeenAt: string | null;
@@ -40,6 +45,16 @@ export interface DeviceDoc {
   readonly updatedAt: string;
   readonly users: readonly DeviceUserEntry[];
   readonly access: readonly string[];
+}
+
+/** What a device document holds of `metadata` (see DeviceDoc.metadata). */
+export function storedMetadata(metadata: JsonObject | null): string | null {
+  return metadata === null ? null : JSON.stringify(metadata);
+}
+
+/** A device document's metadata, as the API answers it. */
+export function metadataOf(doc: Pick<DeviceDoc, 'metadata'>): JsonObject | null {
+  return typeof doc.metadata === 'string' ? (JSON.parse(doc.metadata) as JsonObject) : doc.metadata;
 }
 
 export function accessKey(userId: string, role: DeviceRole): string {
@@ -68,7 +83,7 @@ export function evolveDeviceDoc(doc: DeviceDoc | null, recorded: RecordedEvent):
       name: e.name,
       ipAddress: e.ipAddress,
       port: e.port,
-      metadata: e.metadata,
+      metadata: storedMetadata(e.metadata),
       isOnline: false,
       lastSeenAt: null,
       createdAt: e.registeredAt,
@@ -80,8 +95,10 @@ export function evolveDeviceDoc(doc: DeviceDoc | null, recorded: RecordedEvent):
   if (doc === null) return null;
 
   switch (event.type) {
-    case 'DeviceUpdated':
-      return { ...doc, ...event.data.changes, updatedAt: event.data.updatedAt };
+    case 'DeviceUpdated': {
+      const { metadata, ...changes } = event.data.changes;
+      return { ...doc, ...changes, ...(metadata !== undefined ? { metadata: storedMetadata(metadata) } : {}), updatedAt: event.data.updatedAt };
+    }
     case 'UserLinked': {
       const e = event.data;
       const entry: DeviceUserEntry = { userId: e.userId, role: e.role, linkId: e.linkId, createdAt: e.createdAt };

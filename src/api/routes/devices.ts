@@ -4,7 +4,7 @@ import type { DeviceCommands } from '../../commands/devices';
 import { DEVICE_MESSAGES, type ActiveDevice } from '../../domain/device';
 import { ForbiddenError, NotFoundError } from '../../domain/errors';
 import type { ReadStore } from '../../infra/readstore/port';
-import { findDevice, listDevicesForUser, roleOf, type DeviceDoc } from '../../projections/devices';
+import { findDevice, listDevicesForUser, metadataOf, roleOf, type DeviceDoc } from '../../projections/devices';
 import { USERS_COLLECTION, type UserDoc } from '../../projections/users';
 import { caller, requireAccessToken } from '../auth-middleware';
 import { requestContext } from '../context';
@@ -60,7 +60,7 @@ function deviceView(d: DeviceFields): Record<string, unknown> {
 }
 
 function fieldsOf(doc: DeviceDoc): DeviceFields {
-  return { ...doc, id: doc.internalId };
+  return { ...doc, id: doc.internalId, metadata: metadataOf(doc) };
 }
 
 const user = (res: Response) => ({ type: 'user' as const, id: caller(res).sub });

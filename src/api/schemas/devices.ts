@@ -39,9 +39,8 @@ function metadataProblem(value: unknown): string | null {
     if (typeof node !== 'object') return 'must contain only JSON values';
     if (depth > METADATA_MAX_DEPTH) return `must not be nested more than ${METADATA_MAX_DEPTH} levels deep`;
     const entries = Array.isArray(node) ? node.map((item): [string, unknown] => ['', item]) : Object.entries(node);
-    for (const [key, child] of entries) {
-      // Keys a document store would read as operators or paths.
-      if (key.startsWith('$') || key.includes('.') || key.includes('\u0000')) return 'keys must not start with $ or contain a dot';
+    // Keys are free-form (a dot or a leading $ included): the read models keep metadata as JSON text (src/projections/devices.ts).
+    for (const [, child] of entries) {
       const problem = walk(child, depth + 1);
       if (problem !== null) return problem;
     }

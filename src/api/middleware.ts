@@ -1,14 +1,26 @@
 import { randomUUID } from 'node:crypto';
-import express, { type RequestHandler, type Response } from 'express';
+import express, { type Request, type RequestHandler, type Response } from 'express';
 import { errorBody } from './http-errors';
 
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 
-/** Every response carries `X-Request-Id`; a well-formed one from a proxy is kept. Also notes when the request arrived. */
+/** Whether the request came straight from a proxy that TRUST_PROXY trusts (Express's `trust proxy`). */
+function fromTrustedProxy(req: Request): boolean {
+  const trust = req.app.get('trust proxy fn') as ((address: string, hop: number) => boolean) | undefined;
+  const peer = req.socket.remoteAddress;
+  return trust !== undefined && peer !== undefined && trust(peer, 0);
+}
+
+/**
+ * Every response carries `X-Request-Id`, unique per request. A well-formed one set by a
+ * trusted proxy (TRUST_PROXY) is kept, so a request is followed from the proxy's log to the
+ * events it caused; one sent by anyone else is not (events carry it, and auditors rely on it:
+ * decisions §2). Also notes when the request arrived.
+ */
 export const requestId: RequestHandler = (req, res, next) => {
   res.locals.receivedAt = Date.now();
   const incoming = req.get('X-Request-Id');
-  const id = incoming !== undefined && INCOMING_REQUEST_ID.test(incoming) ? incoming : randomUUID();
+  const id = incoming !== undefined && INCOMING_REQUEST_ID.test(incoming) && fromTrustedProxy(req) ? incoming : randomUUID();
   res.locals.requestId = id;
   res.setHeader('X-Request-Id', id);
   next();

@@ -42,7 +42,8 @@ describe.each<Mode>(MODES)('auditors (%s mode)', (mode) => {
   let admin: User;
 
   beforeAll(async () => {
-    service = await startTestService(mode);
+    // A request id set by a proxy is kept only from a trusted one: the test's requests come from loopback.
+    service = await startTestService(mode, { TRUST_PROXY: 'loopback' });
     admin = await createUser(service, { role: 'admin' });
   }, 60_000);
   afterAll(async () => {

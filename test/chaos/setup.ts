@@ -56,6 +56,8 @@ function serviceEnv(smtp: TestSmtpServer, extra: Record<string, string>): Record
     // Warn: the projector lease's tenures (checked from the log, watchers.ts) are logged at
     // warn; every request at info would fill the log pipe faster than a busy run reads it.
     LOG_LEVEL: 'warn',
+    // The client's X-Request-Id (each write's operation id, client.ts) is kept only from a trusted proxy.
+    TRUST_PROXY: 'loopback',
     ...extra,
   };
 }

@@ -77,7 +77,7 @@ const RATE_LIMITED_BODY: JsonSchema = {
 };
 
 const HEADERS: Record<string, JsonSchema> = {
-  'X-Request-Id': { description: 'The id of this request (a well-formed one sent by the client or a proxy is kept)', schema: { type: 'string' } },
+  'X-Request-Id': { description: 'The id of this request, unique (a well-formed one set by a trusted proxy, TRUST_PROXY, is kept)', schema: { type: 'string' } },
   'X-RateLimit-Limit': { description: 'The ceiling of the tier that applied', schema: { type: 'integer' } },
   'X-RateLimit-Remaining': { description: 'Requests left in the window', schema: { type: 'integer' } },
   'X-RateLimit-Reset': { description: 'When the window resets (Unix time, seconds)', schema: { type: 'integer' } },

@@ -143,7 +143,8 @@ export function createTokens(secrets: Pick<Secrets, 'jwtAccessSecret' | 'jwtRefr
 /** The bearer token of an Authorization header, or a 401 `Unauthorized` when there is none. */
 export function bearerToken(header: string | undefined): string {
   if (header === undefined) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
-  const match = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*)$/.exec(header.trim());
+  // The scheme's name is case-insensitive (RFC 9110 §11.1): `bearer` and `BEARER` are `Bearer`.
+  const match = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*)$/i.exec(header.trim());
   if (match === null || match[1] === undefined) throw new UnauthorizedError(TOKEN_MESSAGES.missing);
   return match[1];
 }

@@ -82,7 +82,7 @@ function decideSync(command: SyncCustomer, state: UserState): UserEvent[] {
           firstName: c.firstName,
           lastName: c.lastName,
           isEmailVerified: false,
-          profile: { avatar: null, timezone: DEFAULT_TIMEZONE, language: crm.contractLanguage },
+          profile: { avatar: null, timezone: DEFAULT_TIMEZONE, language: languageOf(crm.contractLanguage) },
           crm,
           syncedAt: c.now,
         },
@@ -98,8 +98,8 @@ function decideSync(command: SyncCustomer, state: UserState): UserEvent[] {
 
   const crm = mergeCrm(state.crm, c.crm);
   const profile: UserProfile =
-    state.profile.language === null && crm.contractLanguage !== null
-      ? { ...state.profile, language: crm.contractLanguage }
+    state.profile.language === null && languageOf(crm.contractLanguage) !== null
+      ? { ...state.profile, language: languageOf(crm.contractLanguage) }
       : state.profile;
   const emailChanged = c.email !== state.email;
   const changed =
@@ -199,6 +199,12 @@ function decideConfirmReset(command: ConfirmPasswordReset, state: UserState): Us
     events.push({ type: 'EmailVerified', data: { userId: state.userId, email: state.email, verifiedAt: now } });
   }
   return events;
+}
+
+/** The profile language a contract language gives: none for a blank one (the profile keeps its default, `en`). */
+function languageOf(contractLanguage: string | null): string | null {
+  const language = contractLanguage?.trim() ?? '';
+  return language === '' ? null : language;
 }
 
 export function decideUser(command: UserCommand, state: UserState): UserEvent[] {

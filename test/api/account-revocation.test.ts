@@ -87,6 +87,15 @@ describe.each<Mode>(MODES)('access ends with the account (%s mode)', (mode) => {
     // A contract language that arrives later fills the default in.
     expect((await sync(service, plain, true, { contract_language: 'fr' })).status).toBe(200);
     expect(((await api(service, 'GET', '/users/me', { token: session.accessToken })).body as { profile: { language: string } }).profile.language).toBe('fr');
+
+    // A blank contract language gives no language: the default stays, and a later real one still fills it in.
+    const blank = await customer(service, smtp, { contract_language: '   ' });
+    const blanks = await login(service, blank.email, blank.password);
+    const languageOf = async (token: string): Promise<string> =>
+      ((await api(service, 'GET', '/users/me', { token })).body as { profile: { language: string } }).profile.language;
+    expect(await languageOf(blanks.accessToken)).toBe('en');
+    expect((await sync(service, blank, true, { contract_language: ' it ' })).status).toBe(200);
+    expect(await languageOf(blanks.accessToken)).toBe('it');
   });
 
   test('deactivation revokes every earlier access token on HTTP and on the tunnel; reactivation needs a new login', async () => {

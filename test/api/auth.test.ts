@@ -400,6 +400,15 @@ describe.each(MODES)('authentication and sessions (%s mode)', (mode) => {
         expect({ name, status: res.status, body: res.body }).toEqual({ name, status: 401, body: UNAUTHORIZED(message) });
       }
     });
+    test('the scheme name is case-insensitive: bearer and BEARER are Bearer', async () => {
+      const session = await loginAs(alice);
+      for (const scheme of ['bearer', 'BEARER', 'beARer', 'Bearer  ']) {
+        const res = await api(service, 'GET', '/users/me', { headers: { Authorization: `${scheme} ${session.accessToken}` } });
+        expect({ scheme, status: res.status }).toEqual({ scheme, status: 200 });
+      }
+      const glued = await api(service, 'GET', '/users/me', { headers: { Authorization: `Bearer${session.accessToken}` } });
+      expect(glued.status).toBe(401);
+    });
   });
 
   test('no password, hash, refresh, access or reset token is in any event or in the log', async () => {

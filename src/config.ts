@@ -1,3 +1,4 @@
+import proxyaddr from 'proxy-addr';
 import { z } from 'zod';
 import { parseRateLimits, type Tier, type TierLimit } from './ratelimit/limiter';
 
@@ -23,15 +24,39 @@ const commaList = optionalString.transform((s) =>
         .filter((item) => item.length > 0),
 );
 
-const positiveInt = (fallback: number) =>
+/** A key list that was given must hold a key: `,,` is not "unset" (a generated key would stand in for the operator's). */
+const keyList = z
+  .string()
+  .optional()
+  .transform((s, ctx) => {
+    const keys = commaList.parse(s);
+    if (keys.length === 0 && s !== undefined && s.trim() !== '') {
+      ctx.addIssue({ code: 'custom', message: 'holds no key (a comma list of keys)' });
+      return z.NEVER;
+    }
+    return keys;
+  });
+
+/** The longest delay a Node timer takes (2^31-1 ms); a longer one fires after 1 ms. */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+const positiveInt = (fallback: number, max = Number.MAX_SAFE_INTEGER, tooLarge = `must be at most ${max}`) =>
   optionalString.pipe(
     z
       .string()
       .regex(/^\d+$/, 'must be a positive whole number')
       .transform(Number)
-      .pipe(z.number().int().positive())
+      .pipe(z.number().int().positive().max(max, tooLarge))
       .optional(),
   ).transform((n) => n ?? fallback);
+
+/** A timer's delay in milliseconds: at most MAX_TIMER_MS. */
+const timerMs = (fallback: number) => positiveInt(fallback, MAX_TIMER_MS, `must be at most ${MAX_TIMER_MS} (about 24.8 days: the longest timer)`);
+/** A timer's period in seconds: at most MAX_TIMER_MS / 1000. */
+const timerSeconds = (fallback: number) => {
+  const max = Math.floor(MAX_TIMER_MS / 1000);
+  return positiveInt(fallback, max, `must be at most ${max} (about 24.8 days: the longest timer)`);
+};
 
 const port = optionalString.pipe(
   z
@@ -56,12 +81,21 @@ const url = (schemes: readonly string[]) =>
       .optional(),
   );
 
-/** Express's `trust proxy` values: true/false, a hop count, or a list of addresses/names. */
-const trustProxy = optionalString.transform((s): boolean | number | string | undefined => {
+/** Express's `trust proxy` values: true/false, a hop count, or a list of addresses/names (checked as Express will compile them). */
+const trustProxy = optionalString.transform((s, ctx): boolean | number | string | undefined => {
   if (s === undefined) return undefined;
   if (s === 'true') return true;
   if (s === 'false') return false;
   if (/^\d+$/.test(s)) return Number(s);
+  try {
+    proxyaddr.compile(s.split(',').map((item) => item.trim()));
+  } catch (error) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `must be true, false, a hop count, or a comma list of addresses, subnets or loopback/linklocal/uniquelocal (${error instanceof Error ? error.message : String(error)})`,
+    });
+    return z.NEVER;
+  }
   return s;
 });
 
@@ -84,7 +118,7 @@ const envSchema = z.object({
   REDIS_URL: url(['redis', 'rediss']),
   SMTP_URL: url(['smtp', 'smtps']),
   MAIL_FROM: optionalString,
-  INTERNAL_API_KEYS: commaList,
+  INTERNAL_API_KEYS: keyList,
   JWT_ACCESS_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
   JWT_REFRESH_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
   JWT_DEVICE_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
@@ -99,10 +133,10 @@ const envSchema = z.object({
   LOG_LEVEL: logLevel,
   APP_VERSION: optionalString,
   ROLES: roles,
-  READ_YOUR_WRITES_TIMEOUT_MS: positiveInt(5000),
-  PROJECTOR_LEASE_MS: positiveInt(10_000),
+  READ_YOUR_WRITES_TIMEOUT_MS: timerMs(5000),
+  PROJECTOR_LEASE_MS: timerMs(10_000),
   SNAPSHOT_EVERY_EVENTS: positiveInt(20_000),
-  SNAPSHOT_INTERVAL_SECONDS: positiveInt(300),
+  SNAPSHOT_INTERVAL_SECONDS: timerSeconds(300),
   TUNNEL_HANDSHAKES_PER_SECOND: positiveInt(1000),
   RATE_LIMITS: optionalString.transform((spec, ctx) => {
     try {

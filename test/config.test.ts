@@ -79,6 +79,27 @@ describe('configuration', () => {
     expect(loadConfig({ TRUST_PROXY: '2' }).trustProxy).toBe(2);
     expect(loadConfig({ TRUST_PROXY: 'loopback, 10.0.0.1' }).trustProxy).toBe('loopback, 10.0.0.1');
     expect(loadConfig({}).trustProxy).toBeUndefined();
+    expect(loadConfig({ TRUST_PROXY: '10.0.0.0/8,uniquelocal' }).trustProxy).toBe('10.0.0.0/8,uniquelocal');
+  });
+
+  test('what Express could not compile, timers Node would run after 1 ms, and a key list with no key are refused, naming the variable', () => {
+    const problems = (env: NodeJS.ProcessEnv): readonly string[] => {
+      try {
+        loadConfig(env);
+        return [];
+      } catch (error) {
+        return error instanceof ConfigError ? error.problems : [String(error)];
+      }
+    };
+    expect(problems({ TRUST_PROXY: 'yes' })).toEqual([expect.stringMatching(/^TRUST_PROXY: .*invalid IP address: yes/)]);
+    expect(problems({ TRUST_PROXY: '-1' })).toEqual([expect.stringMatching(/^TRUST_PROXY: /)]);
+    expect(problems({ READ_YOUR_WRITES_TIMEOUT_MS: '2147483648' })).toEqual([expect.stringMatching(/^READ_YOUR_WRITES_TIMEOUT_MS: must be at most 2147483647/)]);
+    expect(problems({ PROJECTOR_LEASE_MS: '9999999999' })).toEqual([expect.stringMatching(/^PROJECTOR_LEASE_MS: must be at most/)]);
+    expect(problems({ SNAPSHOT_INTERVAL_SECONDS: '2147484' })).toEqual([expect.stringMatching(/^SNAPSHOT_INTERVAL_SECONDS: must be at most 2147483/)]);
+    expect(problems({ INTERNAL_API_KEYS: ' , ,' })).toEqual(['INTERNAL_API_KEYS: holds no key (a comma list of keys)']);
+    // The largest values that work are taken.
+    expect(loadConfig({ READ_YOUR_WRITES_TIMEOUT_MS: '2147483647', SNAPSHOT_INTERVAL_SECONDS: '2147483' }).readYourWritesTimeoutMs).toBe(2_147_483_647);
+    expect(loadConfig({ INTERNAL_API_KEYS: 'a,,b' }).secrets.internalApiKeys).toEqual(['a', 'b']);
   });
 
   test('a bad value stops the process with a message naming the variable', () => {

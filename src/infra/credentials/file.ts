@@ -53,8 +53,8 @@ const key = (userId: string, version: number): string => `${userId}\u0000${versi
 export async function openFileCredentialStore(dataDir: string): Promise<CredentialStore> {
   await fs.mkdir(dataDir, { recursive: true, mode: 0o700 });
   const file = join(dataDir, CREDENTIALS_FILE);
-  const hashes = new Map<string, string>();
-  const dataKeys = new Map<string, StoredDataKey>();
+  let hashes = new Map<string, string>();
+  let dataKeys = new Map<string, StoredDataKey>();
 
   let created = false;
   let handle: fs.FileHandle;
@@ -147,14 +147,19 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
     return write;
   };
 
-  /** Writes what is kept to a new file and renames it over the old one: the removed lines are in no file. */
-  const rewrite = async (): Promise<void> => {
+  /**
+   * Writes what is to be kept to a new file and renames it over the old one: the removed lines
+   * are in no file. `renamed` is called once the new file is the store's (whatever fails after
+   * that): what is kept in memory changes then, never before, so a rewrite that fails leaves the
+   * service answering what the data directory holds.
+   */
+  const rewrite = async (keptHashes: ReadonlyMap<string, string>, keptKeys: ReadonlyMap<string, StoredDataKey>, renamed: () => void): Promise<void> => {
     const lines: string[] = [];
-    for (const [k, h] of hashes) {
+    for (const [k, h] of keptHashes) {
       const [u, v] = k.split('\u0000') as [string, string];
       lines.push(JSON.stringify({ u, v: Number(v), h }));
     }
-    for (const [subject, stored] of dataKeys) lines.push(JSON.stringify({ k: subject, i: stored.id, w: stored.wrapped }));
+    for (const [subject, stored] of keptKeys) lines.push(JSON.stringify({ k: subject, i: stored.id, w: stored.wrapped }));
     const bytes = Buffer.from(lines.length > 0 ? `${lines.join('\n')}\n` : '', 'utf8');
     const temporary = `${file}.tmp`;
     const out = await fs.open(temporary, 'w', 0o600);
@@ -166,6 +171,7 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
       await out.close();
     }
     await fs.rename(temporary, file);
+    renamed();
     const dir = await fs.open(dataDir, 'r');
     try {
       await dir.sync();
@@ -182,12 +188,17 @@ export async function openFileCredentialStore(dataDir: string): Promise<Credenti
 
   const forgetKeys = (subjects: readonly string[], tombstones: readonly string[], userId?: string): Promise<void> => {
     const work = tail.then(async () => {
+      const keptHashes = new Map(hashes);
       if (userId !== undefined) {
-        for (const k of [...hashes.keys()]) if (k.startsWith(`${userId}\u0000`)) hashes.delete(k);
+        for (const k of [...keptHashes.keys()]) if (k.startsWith(`${userId}\u0000`)) keptHashes.delete(k);
       }
-      for (const subject of [...subjects, ...tombstones]) dataKeys.delete(subject);
-      for (const subject of tombstones) dataKeys.set(tombstoneSubject(subject), DATA_KEY_TOMBSTONE);
-      await rewrite();
+      const keptKeys = new Map(dataKeys);
+      for (const subject of [...subjects, ...tombstones]) keptKeys.delete(subject);
+      for (const subject of tombstones) keptKeys.set(tombstoneSubject(subject), DATA_KEY_TOMBSTONE);
+      await rewrite(keptHashes, keptKeys, () => {
+        hashes = keptHashes;
+        dataKeys = keptKeys;
+      });
     });
     tail = work.catch(() => undefined);
     return work;

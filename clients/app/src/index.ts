@@ -8,6 +8,10 @@
  *   tunnel.onStatus((status) => render(status));
  *   await tunnel.subscribe(deviceUuid);                                                   // kept across reconnects
  *
+ * A subscribe refused `RATE_LIMITED` is made again by the client after `retryAfter` (the
+ * `resubscribed` event tells when); it holds back the subscribes only, as a message refused so
+ * holds back the messages only (separate rate tiers).
+ *
  * Every operation of the REST API is typed (`npm run generate:app-client` regenerates the
  * types from the service's document). The access token is attached to every request and
  * refreshed once, in a single flight, however many requests find it expired at the same

@@ -12,6 +12,10 @@ import { redactedPlaintext, type PlaintextEraser } from '../privacy/plaintext';
 import { openMongoReadModels } from '../projections/read-models';
 import { createRedisWatermark } from '../projections/watermark';
 import { checkKeyStore, PROJECTOR_LEASE_KEY, requireDataKeyEncryptionKey, type Infrastructure } from './adapters';
+import { EVENTSTORE, MONGODB, REDIS, STORE_START_TIMEOUT_MS, StoreUnreachableError, untilAnswered } from './store-probes';
+
+/** Read at a distributed start to see that EventStoreDB answers; never written. */
+const START_PROBE_STREAM = 'hhc-start-probe';
 
 /**
  * The distributed mode's adapters: EventStoreDB, MongoDB and Redis. Loaded by
@@ -24,8 +28,20 @@ export async function connectDistributedInfrastructure(config: DistributedConfig
   const subscriber = new Redis(config.redisUrl, { ...redisOptions, ...SUBSCRIBER_OPTIONS });
   redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
+  // Each store answers before the start goes on, or the start stops naming it (store-probes.ts).
+  try {
+    await untilAnswered(REDIS, () => redis.ping());
+  } catch (error) {
+    subscriber.disconnect();
+    redis.disconnect();
+    throw error;
+  }
   // The `credentials` collection of the read models' database, on a client of its own.
-  const credentials = await openMongoCredentialStore(config.mongodbUri);
+  const credentials = await openMongoCredentialStore(config.mongodbUri).catch((error: unknown) => {
+    subscriber.disconnect();
+    redis.disconnect();
+    throw new StoreUnreachableError(MONGODB, STORE_START_TIMEOUT_MS, error);
+  });
   const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(config.secrets));
   try {
     await checkKeyStore(credentials, privacyKeys, logger);
@@ -36,6 +52,18 @@ export async function connectDistributedInfrastructure(config: DistributedConfig
   }
   const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
   const esdb = createEsdbEventStore(config.eventStoreUrl);
+  try {
+    // A read of a stream nobody writes: answered (empty) by any EventStoreDB that is there.
+    await untilAnswered(EVENTSTORE, async () => {
+      for await (const event of esdb.readStream(START_PROBE_STREAM)) void event;
+    });
+  } catch (error) {
+    await esdb.close().catch(() => undefined);
+    await credentials.close().catch(() => undefined);
+    subscriber.disconnect();
+    redis.disconnect();
+    throw error;
+  }
   const eventStore = createPrivateEventStore(instrumentEventStore(esdb, appends), { keyring });
   // EventStoreDB cannot rewrite an event: what is left in the clear is found and reported.
   const plaintext: PlaintextEraser = async ({ subjects, streams }) => {

@@ -115,7 +115,7 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
             deviceDecider,
             stream,
             soleOwner
-              ? { type: 'DeleteDevice', data: { uuid: doc.uuid, actorUserId: userId, now } }
+              ? { type: 'DeleteDevice', data: { uuid: doc.uuid, actorUserId: userId, now, endActorLink: true } }
               : { type: 'UnlinkUser', data: { uuid: doc.uuid, actorUserId: userId, targetUserId: userId, now } },
             asSystem(ctx),
             clock,

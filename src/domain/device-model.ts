@@ -161,7 +161,16 @@ export type UnlinkUser = Command<
   { readonly uuid: string; readonly actorUserId: string; readonly targetUserId: string; readonly now: string }
 >;
 
-export type DeleteDevice = Command<'DeleteDevice', { readonly uuid: string; readonly actorUserId: string; readonly now: string }>;
+export type DeleteDevice = Command<
+  'DeleteDevice',
+  {
+    readonly uuid: string;
+    readonly actorUserId: string;
+    readonly now: string;
+    /** An erasure (decisions §11): the actor's own link ends first (`UserUnlinked`), in the same append. */
+    readonly endActorLink?: boolean;
+  }
+>;
 
 export type IssueDeviceToken = Command<
   'IssueDeviceToken',

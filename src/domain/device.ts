@@ -206,7 +206,10 @@ function decideUnlink(command: UnlinkUser, state: DeviceState): DeviceEvent[] {
 function decideDelete(command: DeleteDevice, state: DeviceState): DeviceEvent[] {
   const c = command.data;
   const device = authorize(state, c.actorUserId, 'Delete', DEVICE_MESSAGES.onlyOwnerDeletes);
-  return [{ type: 'DeviceDeleted', data: { uuid: device.uuid, id: device.id, deletedAt: c.now } }];
+  const deleted: DeviceEvent = { type: 'DeviceDeleted', data: { uuid: device.uuid, id: device.id, deletedAt: c.now } };
+  const link = device.links[c.actorUserId];
+  if (c.endActorLink !== true || link === undefined) return [deleted];
+  return [{ type: 'UserUnlinked', data: { uuid: device.uuid, linkId: link.linkId, userId: c.actorUserId, unlinkedAt: c.now } }, deleted];
 }
 
 function decideIssueToken(command: IssueDeviceToken, state: DeviceState): DeviceEvent[] {

@@ -1,4 +1,4 @@
-import { deviceDecider, type DeviceState } from '../domain/device';
+import { deviceDecider, type ActiveDevice, type DeviceState } from '../domain/device';
 import { deviceStream, STREAM_PREFIXES } from '../domain/events';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port';
 
@@ -44,13 +44,21 @@ export async function deviceTrailOf(eventStore: EventStore, userId: string): Pro
  */
 export async function deletedAsSoleOwner(eventStore: EventStore, uuid: string, userId: string): Promise<boolean> {
   let state: DeviceState = deviceDecider.initialState();
+  // The state before the last event: an erasure ends the person's own link (`UserUnlinked`)
+  // in the same append as the deletion, so their ownership is read from before that.
+  let before: DeviceState = state;
+  let previous: Parameters<typeof deviceDecider.evolve>[1] | null = null;
   let soleAtLastDeletion = false;
   for await (const recorded of eventStore.readStream(deviceStream(uuid))) {
     const event = { type: recorded.type, data: recorded.data } as Parameters<typeof deviceDecider.evolve>[1];
     if (event.type === 'DeviceDeleted' && state.status === 'active') {
-      const owners = Object.values(state.links).filter((l) => l.isActive && l.role === 'owner');
+      let at: ActiveDevice = state;
+      if (previous?.type === 'UserUnlinked' && previous.data.userId === userId && before.status === 'active') at = before;
+      const owners = Object.values(at.links).filter((l) => l.isActive && l.role === 'owner');
       soleAtLastDeletion = owners.length === 1 && owners[0]?.userId === userId;
     }
+    before = state;
+    previous = event;
     state = deviceDecider.evolve(state, event);
   }
   return state.status === 'deleted' && soleAtLastDeletion;

@@ -146,7 +146,7 @@ describe('erasure of a person whose events were written before sealing (embedded
     const issued = (await readAll(service.eventStore, `session-${FAMILY}`))[0];
     expect(issued?.data).toMatchObject({ familyId: FAMILY, userId: USER, jti: `jti-${tag}`, ip: ERASED, userAgent: ERASED });
     const hub = await readAll(service.eventStore, `device-${HUB}`);
-    expect(hub.map((e) => e.type)).toEqual(['DeviceRegistered', 'UserLinked', 'DeviceDeleted']);
+    expect(hub.map((e) => e.type)).toEqual(['DeviceRegistered', 'UserLinked', 'UserUnlinked', 'DeviceDeleted']);
     expect(hub[0]?.data).toMatchObject({ uuid: HUB, deviceId: `HUB-V1-${tag}`, port: '8123', name: ERASED, ipAddress: ERASED, metadata: ERASED });
     // A device the person deleted before is its household's, not theirs: as with sealed events, it is kept.
     expect((await readAll(service.eventStore, `device-${OLD_DEVICE}`))[0]?.data).toMatchObject({ name: 'Vintage living room' });

@@ -241,6 +241,8 @@ describe.each<Mode>(MODES)('erasure by crypto-shredding (%s mode)', (mode) => {
     expect(events.find((e) => e.type === 'DeviceRegistered')?.data).toMatchObject({ uuid: hub, name: ERASED, ipAddress: ERASED, metadata: ERASED, deviceId: 'IDA-1' });
     expect(events.find((e) => e.type === 'DeviceRegistered')?.actor).toEqual({ type: 'user', id: personId });
     expect(events.at(-1)).toMatchObject({ type: 'DeviceDeleted', actor: { type: 'system' } });
+    // Each of their links ends (decisions §11), on the hub deleted with them too: their UserUnlinked, then the deletion, one append.
+    expect(events.at(-2)).toMatchObject({ type: 'UserUnlinked', actor: { type: 'system' }, data: { userId: personId } });
     const qHistory = (await api(service, 'GET', `/devices/${qHub}/history`, { token: qToken })).body as { data: Array<{ type: string; data: Record<string, unknown> }> };
     expect(qHistory.data.filter((e) => e.type === 'UserUnlinked').map((e) => e.data.userId)).toEqual([personId]);
     expect(qHistory.data.find((e) => e.type === 'DeviceRegistered')?.data.name).toBe(other.device);

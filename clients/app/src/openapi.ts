@@ -800,7 +800,7 @@ export interface components {
         "X-RateLimit-Remaining": number;
         /** @description When the window resets (Unix time, seconds) */
         "X-RateLimit-Reset": number;
-        /** @description The id of this request (a well-formed one sent by the client or a proxy is kept) */
+        /** @description The id of this request, unique (a well-formed one set by a trusted proxy, TRUST_PROXY, is kept) */
         "X-Request-Id": string;
     };
     pathItems: never;

@@ -89,7 +89,8 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   answerClientErrors(server);
   const traffic = trackTraffic(server);
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
+    // EADDRINUSE, EACCES, ENOTFOUND (a HOST that names no address): said with the variables that chose the address.
+    server.once('error', (error: Error) => reject(new Error(`HOST ${config.host}, PORT ${config.port}: ${error.message}`, { cause: error })));
     server.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG }, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;

@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../src/config';
 
@@ -110,5 +111,19 @@ describe('configuration', () => {
     });
     expect(result.status).toBe(1);
     expect(result.stderr).toContain('PORT');
+  });
+
+  test.each([
+    ['DATA_DIR', { DATA_DIR: '/etc/passwd' }],
+    ['HOST', { HOST: 'no.such.host.invalid', DATA_DIR: join(tmpdir(), `hhc-config-host-${process.pid}`) }],
+  ])('what the system refuses at start (%s) is said with the variable that chose it, without a stack trace', (variable, env) => {
+    const result = spawnSync(process.execPath, ['--import', 'tsx', join(__dirname, '..', 'src', 'main.ts')], {
+      env: { PATH: process.env.PATH ?? '', PORT: '0', LOG_LEVEL: 'silent', ...env },
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect(result.status).toBe(1);
+    expect(result.stderr).toMatch(new RegExp(`^Failed to start: ${variable}\\b`, 'm'));
+    expect(result.stderr).not.toMatch(/\n\s+at .+:\d+:\d+/);
   });
 });

@@ -1,5 +1,5 @@
 import type Redis from 'ioredis';
-import type { Config, Secrets } from '../config';
+import type { Config, EmbeddedConfig, Secrets } from '../config';
 import type { Logger } from '../logger';
 import type { CredentialStore } from '../infra/credentials/port';
 import { openFileCredentialStore } from '../infra/credentials/file';
@@ -63,58 +63,70 @@ export async function checkKeyStore(credentials: CredentialStore, keys: PrivacyK
   }
 }
 
-export async function connectInfrastructure(config: Config, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
-  if (config.mode === 'embedded') {
-    const { secrets, file } = resolveEmbeddedSecrets(config);
-    if (config.secrets.internalApiKeys === undefined) {
-      logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
+/** A file-system error (EEXIST, EACCES, EROFS, ENOTDIR, ...) met opening the data directory, named as the operator set it. */
+function namingDataDir(dataDir: string): (error: unknown) => never {
+  return (error: unknown) => {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (error instanceof Error && typeof code === 'string' && code.startsWith('E')) {
+      throw new Error(`DATA_DIR (${dataDir}): ${error.message}`, { cause: error });
     }
-    const credentials = await openFileCredentialStore(config.dataDir);
-    const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(secrets));
-    await checkKeyStore(credentials, privacyKeys, logger);
-    const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
-    const log = await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) });
-    const eventStore = createPrivateEventStore(instrumentEventStore(log, appends), { keyring });
-    const plaintext: PlaintextEraser = async ({ subjects, streams }) => {
-      const erased = new Set(subjects);
-      const { eventsRewritten } = await log.rewriteStreams(streams, (streamName, event) => {
-        const data = redactedPlaintext(event.type, streamName, event.data, erased);
-        return data === null ? null : { ...event, data };
-      });
-      return { rewritten: eventsRewritten, left: [], leftEvents: 0 };
-    };
-    const snapshotAt = snapshotFile(config.dataDir);
-    const restored = await loadStartSnapshot(snapshotAt, snapshotVersion(config.version), eventStore, logger);
-    const readModels = await openMemoryReadModels(eventStore, restored?.readModels);
-    const readStore = readModels.readStore;
-    const watermark = createLocalWatermark();
-    // What the snapshot covers is applied: readiness and read-your-writes count from there, not from nothing.
-    const applied = restored === null ? null : restoredPosition(restored);
-    if (applied !== null) watermark.advance(applied);
-    return {
-      eventStore,
-      readStore,
-      readModels,
-      watermark,
-      secrets,
-      redis: null,
-      credentials,
-      keyring,
-      privacyKeys,
-      plaintext,
-      snapshot: { file: snapshotAt, restored, exportReadModels: () => readModels.exportServed() },
-      close: async () => {
-        await watermark.close();
-        await readStore.close();
-        await credentials.close();
-        await eventStore.close();
-      },
-    };
-  }
+    throw error;
+  };
+}
 
+export async function connectInfrastructure(config: Config, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
+  if (config.mode === 'embedded') return connectEmbeddedInfrastructure(config, logger, appends).catch(namingDataDir(config.dataDir));
   // The drivers (ioredis, mongodb, @eventstore/db-client) load here, never in embedded mode.
   const { connectDistributedInfrastructure } = await import('./distributed-adapters');
   return connectDistributedInfrastructure(config, logger, appends);
+}
+
+async function connectEmbeddedInfrastructure(config: EmbeddedConfig, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
+  const { secrets, file } = resolveEmbeddedSecrets(config);
+  if (config.secrets.internalApiKeys === undefined) {
+    logger.info({ file }, 'INTERNAL_API_KEYS not set: a generated key is kept in the secrets file');
+  }
+  const credentials = await openFileCredentialStore(config.dataDir);
+  const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(secrets));
+  await checkKeyStore(credentials, privacyKeys, logger);
+  const keyring = createKeyring(credentials, privacyKeys.keyEncryptionKey);
+  const log = await openEmbeddedEventStore(config.dataDir, { log: (message) => logger.warn(message) });
+  const eventStore = createPrivateEventStore(instrumentEventStore(log, appends), { keyring });
+  const plaintext: PlaintextEraser = async ({ subjects, streams }) => {
+    const erased = new Set(subjects);
+    const { eventsRewritten } = await log.rewriteStreams(streams, (streamName, event) => {
+      const data = redactedPlaintext(event.type, streamName, event.data, erased);
+      return data === null ? null : { ...event, data };
+    });
+    return { rewritten: eventsRewritten, left: [], leftEvents: 0 };
+  };
+  const snapshotAt = snapshotFile(config.dataDir);
+  const restored = await loadStartSnapshot(snapshotAt, snapshotVersion(config.version), eventStore, logger);
+  const readModels = await openMemoryReadModels(eventStore, restored?.readModels);
+  const readStore = readModels.readStore;
+  const watermark = createLocalWatermark();
+  // What the snapshot covers is applied: readiness and read-your-writes count from there, not from nothing.
+  const applied = restored === null ? null : restoredPosition(restored);
+  if (applied !== null) watermark.advance(applied);
+  return {
+    eventStore,
+    readStore,
+    readModels,
+    watermark,
+    secrets,
+    redis: null,
+    credentials,
+    keyring,
+    privacyKeys,
+    plaintext,
+    snapshot: { file: snapshotAt, restored, exportReadModels: () => readModels.exportServed() },
+    close: async () => {
+      await watermark.close();
+      await readStore.close();
+      await credentials.close();
+      await eventStore.close();
+    },
+  };
 }
 
 export function requireDataKeyEncryptionKey(secrets: Secrets): string {

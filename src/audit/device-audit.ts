@@ -170,7 +170,7 @@ export interface DeviceStateAt {
     readonly port: string;
     readonly metadata: JsonObject | null;
     readonly isOnline: boolean;
-    /** As the device stream records it: the heartbeat that last changed presence. */
+    /** The last heartbeat by that instant (of this registration), as `GET /devices/:id` shows it then. */
     readonly lastSeenAt: string | null;
     /** Token generation then. */
     readonly gen: number;
@@ -179,6 +179,26 @@ export interface DeviceStateAt {
   } | null;
   /** The users with an active link at that instant and their roles (none once deleted). */
   readonly users: readonly StateUser[];
+}
+
+/**
+ * The device's last heartbeat by `until` (epoch ms) of the registration that began at
+ * `registeredAt`: the newest `HeartbeatReceived` of `heartbeat-<uuid>` that occurred by
+ * then, or `known` (what the device stream recorded: the heartbeat that last changed
+ * presence) when none is newer. Read backwards from the end, down to `known` at most.
+ */
+async function lastSeenBy(store: EventStore, uuid: string, until: number, registeredAt: GlobalPosition, known: string | null): Promise<string | null> {
+  const floor = known === null ? -Infinity : Date.parse(known);
+  for await (const event of store.readStream(heartbeatStream(uuid), { direction: 'backwards' })) {
+    if (comparePositions(event.position, registeredAt) <= 0) break;
+    const occurredAt = Date.parse(event.metadata.occurredAt);
+    if (occurredAt < floor) break;
+    if (occurredAt > until || event.type !== 'HeartbeatReceived') continue;
+    const receivedAt = (event.data as { receivedAt?: unknown }).receivedAt;
+    if (typeof receivedAt === 'string' && (known === null || receivedAt > known)) return receivedAt;
+    break;
+  }
+  return known;
 }
 
 /**
@@ -191,12 +211,14 @@ export async function deviceStateAt(store: EventStore, uuid: string, at: string,
   const until = Date.parse(at);
   let state = initialDeviceState();
   let revision: number | null = null;
+  let registeredAt: GlobalPosition | null = null;
   // An owner's view begins with the current registration: before it, the device did not exist for them.
   for await (const event of store.readStream(deviceStream(uuid), since === null ? {} : { fromRevision: since.revision })) {
     if (Date.parse(event.metadata.occurredAt) > until) break;
     if (!isHomeHubEventType(event.type)) continue;
     state = evolveDevice(state, { type: event.type, data: event.data } as DeviceEvent);
     revision = Number(event.revision);
+    if (event.type === 'DeviceRegistered') registeredAt = event.position;
   }
   if (state.status === 'none') return { uuid, at, revision, status: 'none', device: null, users: [] };
   const users = Object.values(state.links)
@@ -216,7 +238,7 @@ export async function deviceStateAt(store: EventStore, uuid: string, at: string,
       port: state.port,
       metadata: state.metadata,
       isOnline: state.isOnline,
-      lastSeenAt: state.lastSeenAt,
+      lastSeenAt: registeredAt === null ? state.lastSeenAt : await lastSeenBy(store, uuid, until, registeredAt, state.lastSeenAt),
       gen: state.gen,
       createdAt: state.createdAt,
       updatedAt: state.updatedAt,

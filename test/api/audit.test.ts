@@ -357,6 +357,34 @@ describe.each<Mode>(MODES)('auditors (%s mode)', (mode) => {
       expect(await stateAt(nextOwner, device.uuid, at('UserLinked', 1))).toMatchObject({ status: 'none', users: [] });
     });
 
+    test('lastSeenAt at an instant is the last heartbeat by then, as GET /devices/:id showed it; never one of an earlier registration', async () => {
+      const [owner, nextOwner] = await Promise.all([createUser(service), createUser(service)]);
+      const device = await register(owner);
+      const auth = await api(service, 'POST', `/devices/auth/${device.uuid}`, { token: owner.accessToken });
+      const token = (auth.body as { token: string }).token;
+      const seen: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        const beat = await api(service, 'POST', `/devices/heartbeat/${device.uuid}`, { token, body: {} });
+        expect(beat.status).toBe(200);
+        seen.push((beat.body as { device: { lastSeenAt: string } }).device.lastSeenAt);
+        await new Promise((resolve) => setTimeout(resolve, 15));
+      }
+      const live = (await api(service, 'GET', `/devices/${device.uuid}`, { token: owner.accessToken })).body as { lastSeenAt: string };
+      expect(live.lastSeenAt).toBe(seen[2]);
+      const now = (await api(service, 'GET', `/devices/${device.uuid}/state`, { token: owner.accessToken })).body as StateBody;
+      expect(now.device).toMatchObject({ isOnline: true, lastSeenAt: seen[2] });
+      // Between the second and the third heartbeat: the second.
+      expect((await stateAt(owner, device.uuid, seen[1] as string)).device).toMatchObject({ lastSeenAt: seen[1] });
+      expect((await stateAt(admin, device.uuid, seen[1] as string)).device).toMatchObject({ lastSeenAt: seen[1] });
+
+      // Deleted and registered again: the new registration has not been seen, whatever the old one's heartbeats.
+      expect((await api(service, 'DELETE', `/devices/${device.uuid}`, { token: owner.accessToken })).status).toBe(200);
+      await register(nextOwner, device.uuid);
+      const fresh = (await api(service, 'GET', `/devices/${device.uuid}/state`, { token: nextOwner.accessToken })).body as StateBody;
+      expect(fresh.device).toMatchObject({ isOnline: false, lastSeenAt: null });
+      expect(((await api(service, 'GET', `/devices/${device.uuid}/state`, { token: admin.accessToken })).body as StateBody).device).toMatchObject({ lastSeenAt: null });
+    });
+
     test('a bad instant is 400', async () => {
       const owner = await createUser(service);
       const device = await register(owner);

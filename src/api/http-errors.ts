@@ -38,6 +38,17 @@ const KIND_STATUS: Record<DomainError['kind'], number> = {
   rate_limited: 429,
 };
 
+export const UNSUPPORTED_MEDIA_TYPE = 'Content-Type must be application/json';
+
+/** The 415 of `jsonBody` (middleware.ts), as an error a route throws: a hub's request, whose token was answered first. */
+export class UnsupportedMediaTypeError extends Error {
+  readonly status = 415;
+  constructor() {
+    super(UNSUPPORTED_MEDIA_TYPE);
+    this.name = 'UnsupportedMediaTypeError';
+  }
+}
+
 /** The errors body-parser raises for what a client sent. */
 interface ClientHttpError {
   readonly status: number;
@@ -82,6 +93,10 @@ export function errorMiddleware(logger: Logger): ErrorRequestHandler {
     if (error instanceof DomainError) {
       const status = KIND_STATUS[error.kind];
       res.status(status).json(errorBody(status, error.message));
+      return;
+    }
+    if (error instanceof UnsupportedMediaTypeError) {
+      res.status(415).json(errorBody(415, error.message));
       return;
     }
     if (isClientHttpError(error)) {

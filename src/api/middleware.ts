@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import express, { type Request, type RequestHandler, type Response } from 'express';
-import { errorBody } from './http-errors';
+import { errorBody, UNSUPPORTED_MEDIA_TYPE, UnsupportedMediaTypeError } from './http-errors';
 
 const INCOMING_REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 
@@ -87,10 +87,31 @@ export function jsonBody(limitBytes: number): RequestHandler {
       next();
       return;
     }
+    // A hub's request (marked by the rate limiter): a body refused here is answered only after
+    // its token is (routes/devices.ts, `deferredBodyError`), so a revoked hub hears 401, not 400.
+    const deferred = res.locals.hubRequest === true;
     if ((chunked || length !== '0') && !req.is('application/json')) {
-      res.status(415).json(errorBody(415, 'Content-Type must be application/json'));
+      if (deferred) {
+        res.locals.bodyError = new UnsupportedMediaTypeError();
+        next();
+        return;
+      }
+      res.status(415).json(errorBody(415, UNSUPPORTED_MEDIA_TYPE));
       return;
     }
-    parse(req, res, next);
+    parse(req, res, (error?: unknown) => {
+      if (error !== undefined && error !== null && deferred) {
+        res.locals.bodyError = error;
+        req.body = undefined;
+        next();
+        return;
+      }
+      next(error);
+    });
   };
+}
+
+/** What `jsonBody` refused of a hub's request's body, to be thrown once its token is answered; undefined when nothing. */
+export function deferredBodyError(res: Response): unknown {
+  return res.locals.bodyError;
 }

@@ -61,6 +61,8 @@ export function accountingFor(req: Request, res: Response, deps: Pick<RateLimitD
       return keyId === null ? { tier: 'auth', key: ip } : { tier: 'sync', key: `key:${keyId}` };
     }
     case 'heartbeat': {
+      // A hub's own request (heartbeat, renewal): its token is answered before its body (jsonBody, routes/devices.ts).
+      res.locals.hubRequest = true;
       const t = token(req);
       if (t !== null) {
         try {

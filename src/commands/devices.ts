@@ -22,7 +22,7 @@ import { countOwnedDevices, findDeviceByInternalId } from '../projections/device
 import { findUserByEmail } from '../projections/users';
 import type { Keyring } from '../privacy/keyring';
 import type { Watermark } from '../projections/watermark';
-import { OneAtATime } from './one-at-a-time';
+import { OneAtATime, type KeyedSerializer } from './one-at-a-time';
 import { createDeviceSnapshots, DEVICE_SNAPSHOT_EVERY } from './snapshots';
 import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
 
@@ -47,6 +47,11 @@ export interface DeviceCommandDeps {
   readonly keyring?: Pick<Keyring, 'keyFor'>;
   /** Told of every accepted heartbeat (for `heartbeats_accepted_total`). */
   readonly onHeartbeat?: () => void;
+  /**
+   * Runs what makes a user an owner (registrations, links as owner) one at a time per user:
+   * across processes in distributed mode (a lease in Redis); in this process when absent.
+   */
+  readonly owners?: KeyedSerializer;
 }
 
 export interface RegisterDeviceInput {
@@ -151,8 +156,8 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
     return known.state;
   };
 
-  /** A user's registrations, one at a time in this process (see `register`). */
-  const registrations = new OneAtATime();
+  /** What changes how many devices a user owns, one at a time per user (see `register`). */
+  const registrations = deps.owners ?? new OneAtATime();
 
   const registerNow = async (input: RegisterDeviceInput, ctx: CommandContext, actorUserId: string): Promise<ActiveDevice> => {
     const [ownedDeviceCount, shadowed] = await Promise.all([countOwnedDevices(readStore, actorUserId), findDeviceByInternalId(readStore, input.uuid)]);
@@ -189,11 +194,10 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
     async register(input, ctx) {
       const actorUserId = actingUser(ctx);
       // The count comes from the read model, which each registration updates before it is
-      // answered (`settle`): a user's registrations in this process run one at a time, so two at
-      // the limit cannot both pass. Across API processes (distributed) they still can, and may
-      // leave a user one (or a few) over it; exactness there would need every ownership change
-      // serialized through one per-user stream, and the limit guards against runaway accounts,
-      // not against a device too many.
+      // answered (`settle`): a user's registrations (and links making them an owner) run one at
+      // a time, in this process and, in distributed mode, across processes through a lease in
+      // Redis, so two at the limit cannot both pass. Without Redis's answer the lease is not
+      // waited for (the limit guards against runaway accounts, not safety).
       return await registrations.run(actorUserId, () => registerNow(input, ctx, actorUserId));
     },
 
@@ -205,15 +209,22 @@ export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
 
     async link(uuid, target, ctx) {
       const targetUserId = await userIdByEmail(target.email);
-      const result = await run(
-        uuid,
-        {
-          type: 'LinkUser',
-          data: { uuid, actorUserId: actingUser(ctx), targetUserId, role: target.role, linkId: randomUUID(), now: clock.now().toISOString() },
-        },
-        ctx,
-      );
-      await settle(result.position);
+      const actorUserId = actingUser(ctx);
+      const linkNow = async (limit: { ownedDeviceCount: number; maxDevicesPerUser: number } | null): Promise<HandledCommand<DeviceState, DeviceEvent>> => {
+        const result = await run(
+          uuid,
+          { type: 'LinkUser', data: { uuid, actorUserId, targetUserId, role: target.role, linkId: randomUUID(), now: clock.now().toISOString(), ...limit } },
+          ctx,
+        );
+        await settle(result.position);
+        return result;
+      };
+      // Made an owner, the target takes a place of their device limit: counted as their
+      // registrations are, one at a time with them in this process (see `register`).
+      const result =
+        target.role === 'owner'
+          ? await registrations.run(targetUserId, async () => linkNow({ ownedDeviceCount: await countOwnedDevices(readStore, targetUserId), maxDevicesPerUser: deps.maxDevicesPerUser }))
+          : await linkNow(null);
       const device = active(result.state);
       const link = device.links[targetUserId];
       if (link === undefined) throw new Error('LinkUser left no link behind');

@@ -3,7 +3,12 @@
  * against a read model needs when two requests of one key would otherwise both pass it (a
  * user's registrations at the device limit).
  */
-export class OneAtATime {
+/** Runs work one at a time per key (in this process: OneAtATime; across processes: src/infra/redis-one-at-a-time.ts). */
+export interface KeyedSerializer {
+  run<T>(key: string, work: () => Promise<T>): Promise<T>;
+}
+
+export class OneAtATime implements KeyedSerializer {
   /** The last work queued per key; a key leaves once its queue is empty. */
   private readonly tails = new Map<string, Promise<void>>();
 

@@ -151,6 +151,16 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       { beforeAppend },
     );
 
+  /**
+   * Claims an address again for the user who has it after this sync's own change was made: a
+   * claim that finds it taken (by another customer, in that moment) does not undo that change.
+   */
+  const claimAgain = async (email: string, userId: string, ctx: CommandContext): Promise<void> => {
+    await claimReservation(eventStore, emailReservation, emailStream(email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock).catch((error: unknown) => {
+      if (!(error instanceof ConflictError)) throw error;
+    });
+  };
+
   /** Syncs of one CRM customer, one at a time in this process (see `syncCustomer`). */
   const customers = new OneAtATime();
 
@@ -183,18 +193,22 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       throw new UserErasedError();
     });
 
+    // The address the user has now must be reserved for them. A sync in another process that
+    // left it may have released it after this sync's claim found it still held (and so wrote
+    // nothing): it is claimed again. With the check below on the other side, one of the two
+    // always sees the other's step (decisions §2: one address, one user).
+    if (result.events.length > 0 && result.state.exists) {
+      const reservation = await loadAggregate(eventStore, emailReservation.evolve, emailReservation.initialState, emailStream(result.state.email));
+      if (reservation.state.ownerId !== userId) await claimAgain(result.state.email, userId, ctx);
+    }
+
     const left: string | null = result.events.length > 0 ? previousEmail : null;
     if (left !== null && left !== input.email) {
       await releaseEmail(left, userId, ctx);
       // A sync in another process may have set the address back meanwhile, its claim finding it
       // still held: it is claimed again for the user who has it now.
       const after = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
-      if (after.state.exists && after.state.email === left) {
-        // This sync's own change was made: a claim that finds the address taken (in that moment) does not undo it.
-        await claimReservation(eventStore, emailReservation, emailStream(left), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock).catch((error: unknown) => {
-          if (!(error instanceof ConflictError)) throw error;
-        });
-      }
+      if (after.state.exists && after.state.email === left) await claimAgain(left, userId, ctx);
     }
 
     await settle([claimPosition, result.position]);
@@ -214,9 +228,10 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
     syncCustomer(input, ctx) {
       // Syncs of one customer in this process run one at a time, as a CRM's retries and edits
       // of one record would expect. Across API processes (distributed) they can still meet; each
-      // claims for the state its append is decided on, and an address set back by another while
-      // one sync released it is claimed again. What is left is the moment between that release
-      // and the claim again, in which another customer could take the address.
+      // claims for the state its append is decided on, and after its append checks that the
+      // address it set is reserved, and that the one it released is not the user's again. What
+      // is left is the moment between a release and such a claim again, in which another
+      // customer could take the address.
       return customers.run(String(input.id), () => syncNow(input, ctx));
     },
   };

@@ -153,6 +153,9 @@ export type LinkUser = Command<
     /** Used only when the target has no link yet. */
     readonly linkId: string;
     readonly now: string;
+    /** For a link that makes the target an owner: the devices they own now, and how many they may (MAX_DEVICES_PER_USER). */
+    readonly ownedDeviceCount?: number;
+    readonly maxDevicesPerUser?: number;
   }
 >;
 

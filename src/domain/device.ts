@@ -153,6 +153,11 @@ function decideLink(command: LinkUser, state: DeviceState): DeviceEvent[] {
   const c = command.data;
   const device = authorize(state, c.actorUserId, 'Share', DEVICE_MESSAGES.onlyOwnerShares);
   const existing = device.links[c.targetUserId];
+  // Becoming an owner counts against the target's limit, as a registration does (decisions §4).
+  const becomesOwner = c.role === 'owner' && (existing === undefined || !existing.isActive || existing.role !== 'owner');
+  if (becomesOwner && c.ownedDeviceCount !== undefined && c.maxDevicesPerUser !== undefined && c.ownedDeviceCount >= c.maxDevicesPerUser) {
+    throw new ConflictError(DEVICE_MESSAGES.limitReached);
+  }
 
   if (existing === undefined || !existing.isActive) {
     return [

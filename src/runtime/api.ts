@@ -15,6 +15,7 @@ import { createTokens } from '../auth/tokens';
 import type { Clock, StateCache } from '../commands/handler';
 import { createAuthCommands } from '../commands/auth';
 import { createDeviceCommands } from '../commands/devices';
+import { DEFAULT_LEASE_OPTIONS, redisOneAtATime } from '../infra/redis-one-at-a-time';
 import { createSessionCommands } from '../commands/sessions';
 import { createUserCommands } from '../commands/users';
 import { createErasureCommands } from '../commands/erasure';
@@ -102,6 +103,9 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
     deviceStates,
     keyring: infra.keyring,
     onHeartbeat: () => metrics.heartbeats.inc(),
+    ...(infra.redis !== null
+      ? { owners: redisOneAtATime(infra.redis, 'owner', DEFAULT_LEASE_OPTIONS, (userId, why) => logger.warn({ userId, why }, 'device limit checked without the cross-process lease')) }
+      : {}),
   });
   const mailer = config.smtpUrl !== undefined ? createSmtpMailer(config.smtpUrl, config.mailFrom) : createLogMailer(logger, config.mailFrom);
   const hasher = createPasswordHasher();

@@ -8,6 +8,7 @@ import { findDevice, listDevicesForUser, metadataOf, roleOf, type DeviceDoc } fr
 import { USERS_COLLECTION, type UserDoc } from '../../projections/users';
 import { caller, requireAccessToken } from '../auth-middleware';
 import { requestContext } from '../context';
+import { deferredBodyError } from '../middleware';
 import type { AdminCheck } from '../admin-check';
 import { documentRoute } from '../openapi-registry';
 import {
@@ -236,8 +237,20 @@ export function deviceRoutes(deps: DeviceDeps): Router {
     return { claims, uuid };
   };
 
+  /**
+   * A hub's body is answered after its token: a revoked token is refused as such (401) whatever
+   * the body (unparsable, of another type, too large, or not valid): a hub stops on 401 and would
+   * only retry a 400. A valid body is checked against the token by the command itself.
+   */
+  const tokenBeforeBody = async (res: Response, uuid: string, gen: number, valid: boolean): Promise<void> => {
+    const refused = deferredBodyError(res);
+    if (refused !== undefined || !valid) await deps.devices.assertCurrentToken(uuid, gen);
+    if (refused !== undefined) throw refused;
+  };
+
   router.post('/auth/:uuid/renew', async (req, res) => {
     const { claims, uuid } = hubClaims(req, res);
+    await tokenBeforeBody(res, uuid, claims.gen, true);
     const device = await deps.devices.renewToken(uuid, claims.gen);
     const token = deps.tokens.signDevice({ sub: device.id, deviceUuid: device.uuid, gen: device.gen });
     res.status(201).json({ token, expiresIn: DEVICE_TOKEN_TTL_SECONDS });
@@ -245,9 +258,7 @@ export function deviceRoutes(deps: DeviceDeps): Router {
 
   router.post('/heartbeat/:uuid', async (req, res) => {
     const { claims, uuid } = hubClaims(req, res);
-    // A revoked token is refused as such (401), whatever the body: a hub stops on 401 and
-    // would only retry a 400. A valid body is checked against the token by the heartbeat itself.
-    if (!heartbeatBody.safeParse(req.body ?? {}).success) await deps.devices.assertCurrentToken(uuid, claims.gen);
+    await tokenBeforeBody(res, uuid, claims.gen, heartbeatBody.safeParse(req.body ?? {}).success);
     const body = parseInput(heartbeatBody, req.body ?? {});
     const device = await deps.devices.heartbeat(uuid, claims.gen, body, requestContext(res, { type: 'device', id: uuid }));
     res.status(200).json({ success: true, device });

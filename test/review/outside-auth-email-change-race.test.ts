@@ -1,4 +1,4 @@
-import { api, CRM_KEY, startTestService, type TestService } from '../support/harness';
+import { api, CRM_KEY, serviceForDescribe } from '../support/harness';
 
 /**
  * Outside review of POST /auth/sync-customer: a CRM that syncs one customer from two workers
@@ -18,18 +18,11 @@ interface SyncedUser {
 }
 
 describe('sync-customer: concurrent syncs of one customer and e-mail uniqueness (embedded mode)', () => {
-  let service: TestService;
-
-  beforeAll(async () => {
-    service = await startTestService('embedded');
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const serviceOf = serviceForDescribe('embedded');
 
   let nextId = 700_000 + Math.floor(Math.random() * 100_000) * 10;
   const sync = (id: number, email: string, firstName = 'Ada') =>
-    api(service, 'POST', '/auth/sync-customer', {
+    api(serviceOf(), 'POST', '/auth/sync-customer', {
       headers: { 'X-Internal-Api-Key': CRM_KEY },
       body: { id, first_name: firstName, last_name: 'Lovelace', email, active: true },
     });

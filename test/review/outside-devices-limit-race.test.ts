@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { api, createUser, startTestService, type TestService } from '../support/harness';
+import { api, createUser, serviceForDescribe } from '../support/harness';
 
 /**
  * decisions §4: "A user may own at most `MAX_DEVICES_PER_USER` (default 100) devices: beyond
@@ -8,20 +8,13 @@ import { api, createUser, startTestService, type TestService } from '../support/
  * created and every other one is refused with the limit's 409.
  */
 describe('device limit under concurrent registrations (embedded)', () => {
-  let service: TestService;
-
-  beforeAll(async () => {
-    service = await startTestService('embedded', { MAX_DEVICES_PER_USER: '3' });
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const serviceOf = serviceForDescribe('embedded', { MAX_DEVICES_PER_USER: '3' });
 
   it('never lets one user own more than MAX_DEVICES_PER_USER devices', async () => {
-    const user = await createUser(service);
+    const user = await createUser(serviceOf());
     const answers = await Promise.all(
       Array.from({ length: 12 }, (_, i) =>
-        api(service, 'POST', '/devices/register', {
+        api(serviceOf(), 'POST', '/devices/register', {
           token: user.accessToken,
           body: { uuid: randomUUID(), deviceId: `HUB-${i}`, name: `Hub ${i}` },
         }),
@@ -33,7 +26,7 @@ describe('device limit under concurrent registrations (embedded)', () => {
       expect(answer.status).toBe(409);
       expect(answer.body).toEqual({ statusCode: 409, message: 'Device limit reached', error: 'Conflict' });
     }
-    const list = await api(service, 'GET', '/devices?role=owner&limit=100', { token: user.accessToken });
+    const list = await api(serviceOf(), 'GET', '/devices?role=owner&limit=100', { token: user.accessToken });
     expect(list.status).toBe(200);
     const owned = (list.body as { meta: { total: number } }).meta.total;
     expect({ created: created.length, owned }).toEqual({ created: 3, owned: 3 });

@@ -1,4 +1,4 @@
-import { api, startTestService, type TestService } from '../support/harness';
+import { api, serviceForDescribe } from '../support/harness';
 
 /**
  * interface.md, Limits: "Response headers on every response: ... and `X-Request-Id` (unique
@@ -8,19 +8,12 @@ import { api, startTestService, type TestService } from '../support/harness';
  * and a user can stamp the audit trail of their device with whatever id they like.
  */
 describe('X-Request-Id is unique per request when no proxy is trusted (embedded)', () => {
-  let service: TestService;
-
-  beforeAll(async () => {
-    service = await startTestService('embedded');
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const serviceOf = serviceForDescribe('embedded');
 
   it('two requests sending the same X-Request-Id get different ids back', async () => {
     const headers = { 'X-Request-Id': 'chosen-by-the-client-0001' };
-    const first = await api(service, 'GET', '/health', { headers });
-    const second = await api(service, 'GET', '/health', { headers });
+    const first = await api(serviceOf(), 'GET', '/health', { headers });
+    const second = await api(serviceOf(), 'GET', '/health', { headers });
     expect(first.status).toBe(200);
     expect(second.status).toBe(200);
     const ids = [first.headers.get('x-request-id'), second.headers.get('x-request-id')];

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { api, createUser, startTestService, type TestService } from '../support/harness';
+import { api, createUser, serviceForDescribe } from '../support/harness';
 
 /**
  * decisions §4: device tokens "of an older generation, or of a deleted device, are refused with
@@ -11,16 +11,10 @@ import { api, createUser, startTestService, type TestService } from '../support/
  * retrying instead of being told it is revoked.
  */
 describe('heartbeat with a revoked device token and a body that does not parse (embedded)', () => {
-  let service: TestService;
-  beforeAll(async () => {
-    service = await startTestService('embedded');
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const serviceOf = serviceForDescribe('embedded');
 
   async function heartbeat(uuid: string, token: string, body: string, contentType: string): Promise<{ status: number; body: unknown }> {
-    const res = await fetch(`${service.baseUrl}/api/v1/devices/heartbeat/${uuid}`, {
+    const res = await fetch(`${serviceOf().baseUrl}/api/v1/devices/heartbeat/${uuid}`, {
       method: 'POST',
       headers: { Authorization: `Bearer ${token}`, 'Content-Type': contentType },
       body,
@@ -29,11 +23,11 @@ describe('heartbeat with a revoked device token and a body that does not parse (
   }
 
   it('is 401 Token has been revoked, as for a body that parsed but did not validate', async () => {
-    const owner = await createUser(service);
+    const owner = await createUser(serviceOf());
     const uuid = randomUUID();
-    expect((await api(service, 'POST', '/devices/register', { token: owner.accessToken, body: { uuid, deviceId: 'HUB', name: 'Hub' } })).status).toBe(201);
-    const first = (await api(service, 'POST', `/devices/auth/${uuid}`, { token: owner.accessToken })).body as { token: string };
-    expect((await api(service, 'POST', `/devices/auth/${uuid}`, { token: owner.accessToken })).status).toBe(201); // `first` is now an older generation
+    expect((await api(serviceOf(), 'POST', '/devices/register', { token: owner.accessToken, body: { uuid, deviceId: 'HUB', name: 'Hub' } })).status).toBe(201);
+    const first = (await api(serviceOf(), 'POST', `/devices/auth/${uuid}`, { token: owner.accessToken })).body as { token: string };
+    expect((await api(serviceOf(), 'POST', `/devices/auth/${uuid}`, { token: owner.accessToken })).status).toBe(201); // `first` is now an older generation
     const revoked = { statusCode: 401, message: 'Token has been revoked', error: 'Unauthorized' };
 
     // Held: a body that parsed but does not validate.
@@ -43,11 +37,11 @@ describe('heartbeat with a revoked device token and a body that does not parse (
     expect(await heartbeat(uuid, first.token, '{}', 'text/plain')).toEqual({ status: 401, body: revoked });
     // A body over the 64 KiB limit too; renewal likewise.
     expect(await heartbeat(uuid, first.token, JSON.stringify({ metadata: { blob: 'x'.repeat(70 * 1024) } }), 'application/json')).toEqual({ status: 401, body: revoked });
-    const renew = await fetch(`${service.baseUrl}/api/v1/devices/auth/${uuid}/renew`, { method: 'POST', headers: { Authorization: `Bearer ${first.token}`, 'Content-Type': 'application/json' }, body: '{"x":' });
+    const renew = await fetch(`${serviceOf().baseUrl}/api/v1/devices/auth/${uuid}/renew`, { method: 'POST', headers: { Authorization: `Bearer ${first.token}`, 'Content-Type': 'application/json' }, body: '{"x":' });
     expect({ status: renew.status, body: JSON.parse(await renew.text()) as unknown }).toEqual({ status: 401, body: revoked });
 
     // The current token with the same bodies: the body's own answer, as before.
-    const current = (await api(service, 'POST', `/devices/auth/${uuid}`, { token: owner.accessToken })).body as { token: string };
+    const current = (await api(serviceOf(), 'POST', `/devices/auth/${uuid}`, { token: owner.accessToken })).body as { token: string };
     expect((await heartbeat(uuid, current.token, '{"metadata":', 'application/json')).status).toBe(400);
     expect(await heartbeat(uuid, current.token, '{}', 'text/plain')).toEqual({ status: 415, body: { statusCode: 415, message: 'Content-Type must be application/json', error: 'Unsupported Media Type' } });
     expect((await heartbeat(uuid, current.token, JSON.stringify({ metadata: { blob: 'x'.repeat(70 * 1024) } }), 'application/json')).status).toBe(413);

@@ -112,13 +112,13 @@ export async function startTestService(mode: Mode, extraEnv: Record<string, stri
 }
 
 /**
- * One service for the tests of a describe block, with rate limits no test reaches. Call at the
- * top of the block: it registers its own beforeAll/afterAll; the getter answers within a test.
+ * One service for the tests of a describe block. Call at the top of the block: it registers its
+ * own beforeAll/afterAll; the getter answers within a test.
  */
-export function generousServiceForDescribe(mode: Mode): () => TestService {
+export function serviceForDescribe(mode: Mode, extraEnv: Record<string, string> = {}): () => TestService {
   let service: TestService | undefined;
   beforeAll(async () => {
-    service = await startTestService(mode, { RATE_LIMITS: GENEROUS_RATE_LIMITS });
+    service = await startTestService(mode, extraEnv);
   }, 60_000);
   afterAll(async () => {
     await service?.stop();
@@ -127,6 +127,11 @@ export function generousServiceForDescribe(mode: Mode): () => TestService {
     if (service === undefined) throw new Error('the service runs only within the tests of its describe block');
     return service;
   };
+}
+
+/** `serviceForDescribe` with rate limits no test reaches. */
+export function generousServiceForDescribe(mode: Mode): () => TestService {
+  return serviceForDescribe(mode, { RATE_LIMITS: GENEROUS_RATE_LIMITS });
 }
 
 /** JSON over real HTTP. */

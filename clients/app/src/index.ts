@@ -27,6 +27,8 @@ export type { components, operations, paths } from './openapi';
 export { memorySessionStore, expiryOf, type Session, type SessionStore } from './session';
 export { backoffDelay, retryAfterDelay, realTimers, type BackoffOptions, type Timers } from './timers';
 export { AppTunnel, type AppTunnelEvent, type AppTunnelOptions } from './tunnel';
+/** The tunnel's payloads the app sees (`onStatus`, `onMessage`, the acks, `tunnel:error`), from the tunnel contract. */
+export type { DeviceStatus, MessageAck, MessageFromDevice, SubscribeAck, TunnelError } from '@home-hub-cloud/tunnel-contract';
 
 export type LoginResult = components['schemas']['PostAuthLoginResponse201'];
 

@@ -25,6 +25,12 @@ export type AppTunnelEvent =
   | { readonly type: 'resubscribed'; readonly deviceUuids: readonly string[] }
   /** A refused handshake, or a `tunnel:error` `RATE_LIMITED` (a subscribe or a message refused). */
   | { readonly type: 'refused'; readonly code: string; readonly retryAfter: number }
+  /**
+   * Every `tunnel:error`. An `ACCESS_REVOKED` naming a device (its message does: the user lost
+   * access to it, and the service ended the subscription) has dropped that device from
+   * `subscribed()` and from the devices subscribed again after a reconnect by the time it is
+   * reported.
+   */
   | { readonly type: 'error'; readonly error: TunnelError }
   | { readonly type: 'closed'; readonly reason: 'closed' | 'session-ended'; readonly message: string };
 
@@ -64,16 +70,23 @@ interface Round {
  * passed, and the client then makes the refused ones again; a message refused so holds back
  * the messages. Each device is subscribed once per connection: a `subscribe()` meeting one
  * under way (say the connect handler's, for a `subscribe()` made before the connection)
- * shares its answer.
+ * shares its answer, unless an `unsubscribe()` of the device came after it (the service
+ * handles a socket's events in order, so that answer is undone): it then sends its own.
+ *
+ * A subscription the service ends (`tunnel:error` `ACCESS_REVOKED` naming the device: its
+ * link was removed, or it was deleted) is dropped as an `unsubscribe()` would drop it.
+ * `close()` ends every call still waiting: for a connection or out a rate-limit pause.
  */
 export class AppTunnel {
   private readonly socket: AppSocket;
-  /** The devices the app subscribed to (until `unsubscribe()` or a refusal other than `RATE_LIMITED`). */
+  /** The devices the app subscribed to (until `unsubscribe()`, a refusal other than `RATE_LIMITED`, or an `ACCESS_REVOKED` naming them). */
   private readonly wanted = new Set<string>();
   /** Those whose last subscribe the service accepted, with the epoch of the connection that did. */
   private readonly accepted = new Map<string, number>();
   /** This connection's subscribes waiting for their ack. */
   private readonly inFlight = new Map<string, Promise<SubscribeAck>>();
+  /** Subscribes an `unsubscribe()` of their device was sent after: their answers change nothing. */
+  private readonly undone = new WeakSet<Promise<SubscribeAck>>();
   /** Devices to subscribe (again) once subscribes may be sent, with the round they belong to. */
   private readonly deferred = new Map<string, Round | null>();
   /** Bumped at every connect and disconnect: an answer from an earlier connection changes nothing. */
@@ -84,6 +97,8 @@ export class AppTunnel {
   /** The last `tunnel:error`: the service sends it just before the ack of the event it refuses. */
   private lastError: TunnelError | null = null;
   private readonly connectWaiters = new Set<{ resolve: () => void; reject: (error: Error) => void }>();
+  /** Calls waiting out a rate-limit pause: each function wakes one (and cancels its timer). */
+  private readonly sleepers = new Set<() => void>();
   private readonly statusListeners = new Set<(status: DeviceStatus) => void>();
   private readonly messageListeners = new Set<(message: MessageFromDevice) => void>();
   private readonly eventListeners = new Set<(event: AppTunnelEvent) => void>();
@@ -155,17 +170,18 @@ export class AppTunnel {
   /**
    * Subscribes once connected (waiting out a subscribe `RATE_LIMITED` first) and again after
    * every reconnect; answers with the ack of this connection's subscribe of the device (one
-   * already under way is shared, not sent twice). Refused `RATE_LIMITED`, the device is kept
-   * and subscribed again by the client after `retryAfter` (`resubscribed` tells when);
-   * refused otherwise, it is dropped.
+   * already under way is shared, not sent twice, unless the device was unsubscribed since it
+   * was sent). Refused `RATE_LIMITED`, the device is kept and subscribed again by the client
+   * after `retryAfter` (`resubscribed` tells when); refused otherwise, it is dropped. Rejects
+   * when the tunnel is closed before the subscribe is sent.
    */
   async subscribe(deviceUuid: string): Promise<SubscribeAck> {
     this.wanted.add(deviceUuid);
     await this.firstConnect;
     for (;;) {
+      if (this.closed) throw new Error('The tunnel is closed');
       const underWay = this.inFlight.get(deviceUuid);
       if (underWay !== undefined) return underWay;
-      if (this.closed) throw new Error('The tunnel is closed');
       if (!this.wanted.has(deviceUuid)) throw new Error(`${deviceUuid} was unsubscribed before its subscribe was sent`);
       if (!this.socket.connected) {
         await this.nextConnection();
@@ -177,20 +193,28 @@ export class AppTunnel {
     }
   }
 
+  /**
+   * Drops the device (not subscribed again after a reconnect). A subscribe of it under way
+   * is undone by this: a later `subscribe()` sends its own.
+   */
   async unsubscribe(deviceUuid: string): Promise<void> {
-    this.wanted.delete(deviceUuid);
-    this.accepted.delete(deviceUuid);
-    const round = this.deferred.get(deviceUuid);
-    this.deferred.delete(deviceUuid);
-    if (round !== undefined && round !== null) this.settle(round, deviceUuid);
+    this.drop(deviceUuid);
+    const underWay = this.inFlight.get(deviceUuid);
+    if (underWay !== undefined) {
+      this.undone.add(underWay);
+      this.inFlight.delete(deviceUuid);
+    }
     if (this.socket.connected) await this.request('tunnel:unsubscribe', { deviceUuid });
   }
 
-  /** A message to a device (needs the Control permission); waits out a message `RATE_LIMITED` first. */
+  /**
+   * A message to a device (needs the Control permission); waits out a message `RATE_LIMITED`
+   * first. Not connected (or closed meanwhile), it answers `{success: false, delivered: false}`.
+   */
   async send(deviceUuid: string, type: string, payload: unknown, id?: string): Promise<MessageAck> {
     const wait = this.messagesPausedUntil - this.client.timers.now();
     if (wait > 0) await this.sleep(wait);
-    if (!this.socket.connected) return { success: false, delivered: false };
+    if (this.closed || !this.socket.connected) return { success: false, delivered: false };
     const { ack, error } = await this.request<MessageAck>('tunnel:message', { deviceUuid, type, payload, ...(id !== undefined ? { id } : {}) });
     if (!ack.success && error?.code === 'RATE_LIMITED') {
       const seconds = error.retryAfter ?? DEFAULT_RETRY_AFTER;
@@ -235,8 +259,33 @@ export class AppTunnel {
     });
   }
 
+  /** Waits `ms`, or less when the tunnel is closed meanwhile. */
   private sleep(ms: number): Promise<void> {
-    return new Promise<void>((resolve) => this.client.timers.after(ms, resolve));
+    if (this.closed) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      let cancel: () => void = () => undefined;
+      let woken = false;
+      const wake = (): void => {
+        if (woken) return;
+        woken = true;
+        this.sleepers.delete(wake);
+        cancel();
+        resolve();
+      };
+      this.sleepers.add(wake);
+      const cancelTimer = this.client.timers.after(ms, wake);
+      if (woken) return;
+      cancel = cancelTimer;
+    });
+  }
+
+  /** The device is no longer wanted nor subscribed, nor waiting to be subscribed again. */
+  private drop(deviceUuid: string): void {
+    this.wanted.delete(deviceUuid);
+    this.accepted.delete(deviceUuid);
+    const round = this.deferred.get(deviceUuid);
+    this.deferred.delete(deviceUuid);
+    if (round !== undefined && round !== null) this.settle(round, deviceUuid);
   }
 
   /** Resolves at the next connection (rejects when the tunnel is closed first). */
@@ -262,6 +311,11 @@ export class AppTunnel {
   private answered(deviceUuid: string, ack: SubscribeAck | null, round: Round | null, epoch: number, answer: Promise<SubscribeAck>): void {
     if (this.inFlight.get(deviceUuid) === answer) this.inFlight.delete(deviceUuid);
     if (epoch !== this.epoch || this.closed) return; // that connection is gone: the next one subscribes again
+    if (this.undone.has(answer)) {
+      // An unsubscribe was sent after it: whatever it says, the service no longer has it.
+      if (round !== null) this.settle(round, deviceUuid);
+      return;
+    }
     const wanted = this.wanted.has(deviceUuid);
     const acceptedHere = this.accepted.get(deviceUuid) === epoch;
     if (ack !== null && ack.success) {
@@ -336,6 +390,7 @@ export class AppTunnel {
     this.settleFirst.reject(new Error(message));
     for (const waiter of this.connectWaiters) waiter.reject(new Error(message));
     this.connectWaiters.clear();
+    for (const wake of [...this.sleepers]) wake();
     this.emit({ type: 'closed', reason, message });
   }
 
@@ -426,9 +481,26 @@ export class AppTunnel {
    * A `RATE_LIMITED` comes just before the ack of the event it refuses, which decides what is
    * held back: subscribes (the ack says `RATE_LIMITED`) or messages (`request`, `send`).
    */
+  /**
+   * `ACCESS_REVOKED` names in its message the device the service ended the subscription of
+   * (one for the whole connection names none: the socket is closed, and the next handshake
+   * is refused). A subscribe of it sent since, still unanswered, was handled after the
+   * revocation: its answer decides.
+   */
+  private revoked(message: string): void {
+    const text = message.toLowerCase();
+    const known = new Set([...this.wanted, ...this.accepted.keys(), ...this.deferred.keys()]);
+    for (const deviceUuid of known) {
+      if (!text.includes(deviceUuid.toLowerCase())) continue;
+      if (this.inFlight.has(deviceUuid)) this.accepted.delete(deviceUuid);
+      else this.drop(deviceUuid);
+    }
+  }
+
   private onTunnelError(error: TunnelError): void {
     this.lastError = error;
     if (error.code === 'TOKEN_EXPIRED') this.refreshOnDisconnect = true;
+    if (error.code === 'ACCESS_REVOKED') this.revoked(error.message);
     if (error.code === 'RATE_LIMITED') {
       this.emit({ type: 'refused', code: error.code, retryAfter: error.retryAfter ?? DEFAULT_RETRY_AFTER });
     }

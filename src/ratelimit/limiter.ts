@@ -121,17 +121,18 @@ function build(
 ): RateLimiter {
   const limiters = new Map<Tier, RateLimiterAbstract>(TIERS.map((tier) => [tier, make(tier, limits[tier])]));
   // A stalled store would add the whole timeout to every request and pile calls up behind it.
+  // On the monotonic clock: a wall clock stepped back does not stretch the pause.
   let pausedUntil = 0;
   /** The store did not answer, or failed: fail open — keep answering — and say so. */
   const storeFailed = (tier: Tier, rejection: unknown, now: number): Decision => {
-    if (rejection instanceof StoreTimeoutError) pausedUntil = Date.now() + guard.pauseMs;
+    if (rejection instanceof StoreTimeoutError) pausedUntil = performance.now() + guard.pauseMs;
     onStoreError(tier, rejection instanceof Error ? rejection : new Error(String(rejection)));
     return failOpen(limits[tier], now);
   };
   return {
     limitOf: (tier) => limits[tier],
     async refund(tier, key) {
-      if (Date.now() < pausedUntil) return;
+      if (performance.now() < pausedUntil) return;
       const limiter = limiters.get(tier) as RateLimiterAbstract;
       try {
         await within(limiter.reward(key, 1), guard.timeoutMs);
@@ -144,7 +145,7 @@ function build(
       const limiter = limiters.get(tier) as RateLimiterAbstract;
       const now = Date.now();
       try {
-        if (now < pausedUntil) throw new StorePausedError();
+        if (performance.now() < pausedUntil) throw new StorePausedError();
         return decision(limit, await within(limiter.consume(key, 1), guard.timeoutMs), true, now);
       } catch (rejection) {
         if (rejection instanceof RateLimiterRes) return decision(limit, rejection, false, now);

@@ -121,6 +121,30 @@ describe('Redis counters', () => {
     expect(counted).toEqual([true, true, true, false]);
   });
 
+  test('the pause after a stall ends on time though the wall clock is stepped back (it runs on the monotonic clock)', async () => {
+    const errors: Error[] = [];
+    const limiter = createRedisRateLimiter(await connect(), limits, (_tier, error) => errors.push(error), { timeoutMs: 300, pauseMs: 800 });
+    redis.pause();
+    try {
+      expect((await limiter.consume('login', randomUUID())).allowed).toBe(true);
+    } finally {
+      redis.resume();
+    }
+    expect(errors.map((e) => e.name)).toEqual(['StoreTimeoutError']);
+    const realNow = Date.now;
+    try {
+      Date.now = () => realNow() - 3_600_000;
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      errors.length = 0;
+      // Asked again (no StorePausedError), and counted.
+      const key = randomUUID();
+      expect((await limiter.consume('login', key)).remaining).toBe(2);
+      expect(errors).toEqual([]);
+    } finally {
+      Date.now = realNow;
+    }
+  });
+
   test('a stalled Redis (connected, answering nothing) holds no request: let through after the timeout, then not asked for a while', async () => {
     const errors: Error[] = [];
     // The timeout and the pause are long against a stall of this process on a busy machine: a

@@ -159,6 +159,11 @@ describe.each<Mode>(MODES)('auditors (%s mode)', (mode) => {
         expect((res.body as { details: unknown[] }).details.length).toBeGreaterThan(0);
       }
       expect((await api(service, 'GET', `/devices/${device.uuid}/history?limit=100`, { token: owner.accessToken })).status).toBe(200);
+      // The same messages as GET /devices for the same mistakes.
+      const messageOf = async (query: string): Promise<unknown> =>
+        ((await api(service, 'GET', `/devices/${device.uuid}/history${query}`, { token: owner.accessToken })).body as { message: unknown }).message;
+      expect(await messageOf('?limit=-1')).toEqual(['limit must not be less than 1']);
+      expect(await messageOf('?limit=99999999999999999999')).toEqual(['limit must not be greater than 100']);
     });
 
     test('include=heartbeats merges the heartbeat stream in recorded order, with a cursor of its own', async () => {

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT } from '../../audit/device-audit';
 import { DEVICE_ROLES } from '../../domain/device';
-import { deviceResponse } from './devices';
+import { deviceResponse, integerParam } from './devices';
 
 /** Schemas of the auditor endpoints (decisions §9) and of the read-model rebuild. */
 
@@ -11,11 +11,7 @@ const revision = z
   .transform(Number)
   .pipe(z.number().int().min(0));
 
-const limit = z
-  .string()
-  .refine((s) => /^\d+$/.test(s), { message: 'must be an integer' })
-  .transform(Number)
-  .pipe(z.number().int().min(1).max(HISTORY_MAX_LIMIT));
+const limit = integerParam(1, HISTORY_MAX_LIMIT);
 
 export const deviceHistoryQuery = z
   .object({

@@ -94,7 +94,8 @@ export const linkUserBody = z.object({
   role: z.enum(DEVICE_ROLES),
 });
 
-const integerParam = (min: number, max: number) =>
+/** A whole number in a query string, within [min, max]: out of range however far gives the bound's one message. */
+export const integerParam = (min: number, max: number) =>
   z
     .string()
     .refine((s) => /^-?\d+$/.test(s), { message: 'must be an integer' })

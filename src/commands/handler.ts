@@ -91,11 +91,12 @@ export interface HandleOptions<State = unknown> {
   /** Without a cached fold, start from the stream's newest snapshot; write one every `every` events. */
   readonly snapshots?: SnapshotStore<State>;
   /**
-   * Called with the state a decision was made on, before its events are appended (again at each
-   * retry, with the newer state): what must hold before the append (a reservation claimed for
-   * the value the events set) is made to hold for exactly that state. A rejection ends the command.
+   * Called with the state a decision was made on and its revision (-1: no stream), before its
+   * events are appended (again at each retry, with the newer state): what must hold before the
+   * append (a reservation claimed for the value the events set) is made to hold for exactly
+   * that state. A rejection ends the command.
    */
-  readonly beforeAppend?: (state: State) => Promise<void>;
+  readonly beforeAppend?: (state: State, revision: bigint) => Promise<void>;
 }
 
 export function eventMetadata(ctx: CommandContext, occurredAt: string): EventMetadata {
@@ -199,7 +200,7 @@ export async function handleCommand<State, C extends Command, E extends DomainEv
     const events = decider.decide(command, state);
     if (events.length === 0) return { state, events, revision, position: null };
 
-    await options.beforeAppend?.(state);
+    await options.beforeAppend?.(state, revision);
     const expected: ExpectedRevision = revision < 0n ? 'no_stream' : revision;
     const snapshots = options.snapshots;
     // What the snapshot due after this append needs and may not make once it is written (src/commands/snapshots.ts).

@@ -44,7 +44,7 @@ export async function claimReservation(
   store: EventStore,
   decider: Decider<ReservationState, ReservationCommand, ReservationEvent>,
   stream: string,
-  claim: { readonly ownerId: string; readonly conflictMessage: string },
+  claim: { readonly ownerId: string; readonly conflictMessage: string; readonly basis?: number },
   ctx: CommandContext,
   clock: Clock,
 ): Promise<HandledCommand<ReservationState, ReservationEvent>> {

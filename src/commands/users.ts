@@ -136,7 +136,7 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
     input: SyncCustomerInput,
     now: string,
     ctx: CommandContext,
-    beforeAppend: (state: UserState) => Promise<void>,
+    beforeAppend: (state: UserState, revision: bigint) => Promise<void>,
   ): Promise<HandledCommand<UserState, UserEvent>> =>
     handleCommand(
       eventStore,
@@ -151,16 +151,6 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       { beforeAppend },
     );
 
-  /**
-   * Claims an address again for the user who has it after this sync's own change was made: a
-   * claim that finds it taken (by another customer, in that moment) does not undo that change.
-   */
-  const claimAgain = async (email: string, userId: string, ctx: CommandContext): Promise<void> => {
-    await claimReservation(eventStore, emailReservation, emailStream(email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock).catch((error: unknown) => {
-      if (!(error instanceof ConflictError)) throw error;
-    });
-  };
-
   /** Syncs of one CRM customer, one at a time in this process (see `syncCustomer`). */
   const customers = new OneAtATime();
 
@@ -174,15 +164,20 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
 
     // The e-mail is unique across users: it is claimed before the user takes it, for the state
     // the append is decided on (a concurrent sync may have changed the address since `before`),
-    // and the address that state had is the one the append leaves, released after it.
+    // and the address that state had is the one the append leaves, released after it. Both
+    // carry the revision of the user's event that gives or takes the address (its `basis`), so
+    // a release that comes after a later claim (two processes) changes nothing.
     let claimedEmail = false;
     let previousEmail: string | null = null;
-    const claimFor = async (state: UserState): Promise<void> => {
+    let basis = 0;
+    const claimFor = async (state: UserState, revision: bigint): Promise<void> => {
       previousEmail = state.exists ? state.email : null;
-      if (previousEmail === input.email || claimedEmail) return;
+      // The sync's event is the first the append writes: its revision is the next one.
+      basis = Number(revision + 1n);
+      if (previousEmail === input.email) return;
       await assertLegacyEmailFree(input.email, userId);
-      const claimed = await claimReservation(eventStore, emailReservation, emailStream(input.email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId }, ctx, clock);
-      claimedEmail = claimed.events.length > 0;
+      const claimed = await claimReservation(eventStore, emailReservation, emailStream(input.email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId, basis }, ctx, clock);
+      claimedEmail ||= claimed.events.length > 0;
     };
 
     const result = await syncUser(userId, input, now, ctx, claimFor).catch(async (error: unknown) => {
@@ -193,22 +188,12 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       throw new UserErasedError();
     });
 
-    // The address the user has now must be reserved for them. A sync in another process that
-    // left it may have released it after this sync's claim found it still held (and so wrote
-    // nothing): it is claimed again. With the check below on the other side, one of the two
-    // always sees the other's step (decisions §2: one address, one user).
-    if (result.events.length > 0 && result.state.exists) {
-      const reservation = await loadAggregate(eventStore, emailReservation.evolve, emailReservation.initialState, emailStream(result.state.email));
-      if (reservation.state.ownerId !== userId) await claimAgain(result.state.email, userId, ctx);
-    }
-
     const left: string | null = result.events.length > 0 ? previousEmail : null;
     if (left !== null && left !== input.email) {
-      await releaseEmail(left, userId, ctx);
-      // A sync in another process may have set the address back meanwhile, its claim finding it
-      // still held: it is claimed again for the user who has it now.
-      const after = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(userId));
-      if (after.state.exists && after.state.email === left) await claimAgain(left, userId, ctx);
+      // The keyed name, and the unkeyed one an address claimed before names were keyed is held under.
+      for (const name of new Set([emailStream(left), emailReservationStream(left)])) {
+        await handleCommand(eventStore, emailReservation, name, { type: 'Release', data: { ownerId: userId, basis } }, ctx, clock);
+      }
     }
 
     await settle([claimPosition, result.position]);
@@ -227,11 +212,9 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
     releaseEmail,
     syncCustomer(input, ctx) {
       // Syncs of one customer in this process run one at a time, as a CRM's retries and edits
-      // of one record would expect. Across API processes (distributed) they can still meet; each
-      // claims for the state its append is decided on, and after its append checks that the
-      // address it set is reserved, and that the one it released is not the user's again. What
-      // is left is the moment between a release and such a claim again, in which another
-      // customer could take the address.
+      // of one record would expect. Across API processes (distributed) they can still meet:
+      // their claims and releases then follow the order of their appends to the user's stream
+      // (`basis`, src/domain/reservation.ts).
       return customers.run(String(input.id), () => syncNow(input, ctx));
     },
   };

@@ -8,9 +8,17 @@ import type { Decider } from './messages';
  * both take it — the second append fails on its expected revision and re-decides.
  */
 
+/**
+ * `basis` (e-mail reservations written by sync-customer): the revision, in the owner's own
+ * stream, of the event that gives them the value (a claim) or takes it from them (a release).
+ * Two syncs of one customer in two processes can claim and release an address in another order
+ * than their appends to the user's stream; a release whose basis is not above the claim's
+ * changes nothing, so the reservation follows the user's stream. Absent (older events, the
+ * CRM id, an erasure): a claim or a release whatever the order.
+ */
 export type ReservationEvent =
-  | { readonly type: 'ReservationClaimed'; readonly data: { readonly kind: ReservationKind; readonly ownerId: string } }
-  | { readonly type: 'ReservationReleased'; readonly data: { readonly kind: ReservationKind; readonly ownerId: string } };
+  | { readonly type: 'ReservationClaimed'; readonly data: { readonly kind: ReservationKind; readonly ownerId: string; readonly basis?: number } }
+  | { readonly type: 'ReservationReleased'; readonly data: { readonly kind: ReservationKind; readonly ownerId: string; readonly basis?: number } };
 
 export type ReservationCommand =
   | {
@@ -23,14 +31,18 @@ export type ReservationCommand =
          * the value, it is released and the value claimed in the same append (decisions §11).
          */
         readonly erasedOwnerId?: string;
+        /** See ReservationEvent: an owner's claim with a higher basis than theirs is appended again, raising it. */
+        readonly basis?: number;
       };
     }
-  | { readonly type: 'Release'; readonly data: { readonly ownerId: string } };
+  | { readonly type: 'Release'; readonly data: { readonly ownerId: string; readonly basis?: number } };
 
 export type ReservationKind = 'email' | 'crm-customer';
 
 export interface ReservationState {
   readonly ownerId: string | null;
+  /** The basis of the owner's last claim; null when it had none. */
+  readonly basis?: number | null;
 }
 
 /** Stream names never hold the e-mail itself: the address is hashed. */
@@ -44,13 +56,13 @@ export function crmCustomerStream(syncId: number): string {
 
 export function reservationDecider(kind: ReservationKind): Decider<ReservationState, ReservationCommand, ReservationEvent> {
   return {
-    initialState: () => ({ ownerId: null }),
+    initialState: () => ({ ownerId: null, basis: null }),
     evolve: (state, event) => {
       switch (event.type) {
         case 'ReservationClaimed':
-          return { ownerId: event.data.ownerId };
+          return { ownerId: event.data.ownerId, basis: event.data.basis ?? null };
         case 'ReservationReleased':
-          return state.ownerId === event.data.ownerId ? { ownerId: null } : state;
+          return state.ownerId === event.data.ownerId ? { ownerId: null, basis: null } : state;
         default: {
           const _exhaustive: never = event;
           return _exhaustive;
@@ -59,19 +71,26 @@ export function reservationDecider(kind: ReservationKind): Decider<ReservationSt
     },
     decide: (command, state) => {
       switch (command.type) {
-        case 'Claim':
-          if (state.ownerId === command.data.ownerId) return [];
-          if (state.ownerId !== null && state.ownerId === command.data.erasedOwnerId) {
-            return [
-              { type: 'ReservationReleased', data: { kind, ownerId: state.ownerId } },
-              { type: 'ReservationClaimed', data: { kind, ownerId: command.data.ownerId } },
-            ];
+        case 'Claim': {
+          const c = command.data;
+          const claimed: ReservationEvent = { type: 'ReservationClaimed', data: { kind, ownerId: c.ownerId, ...(c.basis !== undefined ? { basis: c.basis } : {}) } };
+          if (state.ownerId === c.ownerId) {
+            const higher = c.basis !== undefined && (state.basis === undefined || state.basis === null || c.basis > state.basis);
+            return higher ? [claimed] : [];
           }
-          if (state.ownerId !== null) throw new ConflictError(command.data.conflictMessage);
-          return [{ type: 'ReservationClaimed', data: { kind, ownerId: command.data.ownerId } }];
-        case 'Release':
-          if (state.ownerId !== command.data.ownerId) return [];
-          return [{ type: 'ReservationReleased', data: { kind, ownerId: command.data.ownerId } }];
+          if (state.ownerId !== null && state.ownerId === c.erasedOwnerId) {
+            return [{ type: 'ReservationReleased', data: { kind, ownerId: state.ownerId } }, claimed];
+          }
+          if (state.ownerId !== null) throw new ConflictError(c.conflictMessage);
+          return [claimed];
+        }
+        case 'Release': {
+          const c = command.data;
+          if (state.ownerId !== c.ownerId) return [];
+          // A claim made for a later event of the owner's stream stands.
+          if (c.basis !== undefined && state.basis !== undefined && state.basis !== null && c.basis <= state.basis) return [];
+          return [{ type: 'ReservationReleased', data: { kind, ownerId: c.ownerId, ...(c.basis !== undefined ? { basis: c.basis } : {}) } }];
+        }
         default: {
           const _exhaustive: never = command;
           return _exhaustive;

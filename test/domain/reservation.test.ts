@@ -14,6 +14,25 @@ describe('reservation decider', () => {
     email.given([claimed('u1'), released('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken } }).then([claimed('u2')]);
   });
 
+  test('basis: a claim and a release follow the order of the owner\'s own events, not the order they come in', () => {
+    const claimedAt = (ownerId: string, basis: number): ReservationEvent => ({ type: 'ReservationClaimed', data: { kind: 'email', ownerId, basis } });
+    const releasedAt = (ownerId: string, basis: number): ReservationEvent => ({ type: 'ReservationReleased', data: { kind: 'email', ownerId, basis } });
+    // Claimed for the user's event 2; a release for their event 1 (a sync that left it earlier, answered late) changes nothing.
+    email.given([claimedAt('u1', 2)]).when({ type: 'Release', data: { ownerId: 'u1', basis: 1 } }).thenNothing();
+    email.given([claimedAt('u1', 2)]).when({ type: 'Release', data: { ownerId: 'u1', basis: 2 } }).thenNothing();
+    // A release for a later event does.
+    email.given([claimedAt('u1', 2)]).when({ type: 'Release', data: { ownerId: 'u1', basis: 3 } }).then([releasedAt('u1', 3)]);
+    // The owner's claim for a later event raises the basis (an event of its own); for an earlier one, nothing.
+    email.given([claimedAt('u1', 0)]).when({ type: 'Claim', data: { ownerId: 'u1', conflictMessage: taken, basis: 2 } }).then([claimedAt('u1', 2)]);
+    email.given([claimedAt('u1', 2)]).when({ type: 'Claim', data: { ownerId: 'u1', conflictMessage: taken, basis: 1 } }).thenNothing();
+    // Claims and releases written before (no basis), and releases without one (an erasure): whatever the order.
+    email.given([claimed('u1')]).when({ type: 'Release', data: { ownerId: 'u1', basis: 0 } }).then([releasedAt('u1', 0)]);
+    email.given([claimedAt('u1', 5)]).when({ type: 'Release', data: { ownerId: 'u1' } }).then([released('u1')]);
+    email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u1', conflictMessage: taken, basis: 4 } }).then([claimedAt('u1', 4)]);
+    // Another owner's claim is refused whatever its basis.
+    email.given([claimedAt('u1', 1)]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, basis: 9 } }).thenThrows(ConflictError, taken);
+  });
+
   test('a value held by another owner is refused with the message given', () => {
     email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken } }).thenThrows(ConflictError, taken);
   });

@@ -23,7 +23,7 @@ afterAll(async () => {
   await redis.stop();
 });
 
-const options = { leaseMs: 5_000, waitMs: 5_000, callTimeoutMs: 500 };
+const options = { leaseMs: 5_000, waitMs: 5_000, callTimeoutMs: 500, pauseMs: 2_000 };
 
 test('two processes (two clients): work on one key never overlaps, on other keys it does; the lease is given back', async () => {
   const [a, b] = [redisOneAtATime(await client(), 'test', options), redisOneAtATime(await client(), 'test', options)];
@@ -78,7 +78,15 @@ test('Redis not answering: the work runs without the lease, after at most the ca
     await expect(a.run('k', async () => 'done')).resolves.toBe('done');
     expect(Date.now() - started).toBeLessThan(2_000);
     expect(unguarded).toEqual(['k']);
+    // Not asked again for a while: the next work runs at once.
+    const next = Date.now();
+    await a.run('k2', async () => undefined);
+    expect(Date.now() - next).toBeLessThan(150);
+    expect(unguarded).toEqual(['k', 'k2']);
   } finally {
     redis.resume();
   }
+  // The lease the timed-out call took once Redis went on is given back at once: nobody waits for it to lapse.
+  for (let i = 0; i < 50 && (await c.exists('hhc:lease:down:k')) === 1; i++) await tick(20);
+  expect(await c.exists('hhc:lease:down:k')).toBe(0);
 });

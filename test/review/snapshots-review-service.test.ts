@@ -143,7 +143,7 @@ describe.each<Mode>(MODES)('device snapshots through the service (%s mode)', (mo
     expect(audit.status).toBe(200);
     expect(JSON.stringify(audit.body)).not.toContain(DEVICE_SNAPSHOT_EVENT);
     expect(foundIn(JSON.stringify(audit.body), secrets)).toEqual([]);
-    expect(await historyTypes(idaHub.uuid)).toEqual([...idaHistory, 'DeviceDeleted']);
+    expect(await historyTypes(idaHub.uuid)).toEqual([...idaHistory, 'UserUnlinked', 'DeviceDeleted']);
     // The deleted hub refuses its token (a cold fold or a cached one: the same answer).
     expect((await api(service, 'POST', `/devices/heartbeat/${idaHub.uuid}`, { token: idaHub.current, body: {} })).status).toBe(401);
     // A rebuild from the log (snapshot streams in it) gives the read models it had.

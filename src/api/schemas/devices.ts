@@ -101,7 +101,7 @@ export const integerParam = (min: number, max: number) =>
     .refine((s) => /^-?\d+$/.test(s), { message: 'must be an integer' })
     // Out of range however far (-1, or more digits than a double holds): one message, the bound's.
     .transform((s) => Math.min(Math.max(Number(s), min - 1), max + 1))
-    .pipe(z.number().min(min).max(max));
+    .pipe(z.number().int().min(min).max(max));
 
 const isoDateTime = z.iso.datetime({ offset: true, local: true });
 const isoDate = z.iso.date();

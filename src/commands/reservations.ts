@@ -36,9 +36,10 @@ export async function liveOwner(store: EventStore, ownerId: string | null): Prom
 }
 
 /**
- * Claims a reservation for `ownerId`; one still held by an erased user is released and claimed
- * in one append (expected revision: a concurrent claim makes one of them re-decide). Any other
- * owner: ConflictError with `conflictMessage`.
+ * Claims a reservation for `ownerId`. One still held by an erased user, or by one whose claim
+ * `isStale` judges left behind (their release lost), is released and claimed in one append
+ * (expected revision: a concurrent claim makes one of them re-decide). Any other owner:
+ * ConflictError with `conflictMessage`.
  */
 export async function claimReservation(
   store: EventStore,
@@ -47,13 +48,21 @@ export async function claimReservation(
   claim: { readonly ownerId: string; readonly conflictMessage: string; readonly basis?: number },
   ctx: CommandContext,
   clock: Clock,
+  isStale?: (held: ReservationState & { readonly ownerId: string }) => Promise<boolean>,
 ): Promise<HandledCommand<ReservationState, ReservationEvent>> {
   try {
     return await handleCommand(store, decider, stream, { type: 'Claim', data: claim }, ctx, clock);
   } catch (error) {
     if (!(error instanceof ConflictError)) throw error;
     const { state } = await loadAggregate(store, decider.evolve, decider.initialState, stream);
-    if (state.ownerId === null || state.ownerId === claim.ownerId || (await liveOwner(store, state.ownerId)) !== null) throw error;
-    return handleCommand(store, decider, stream, { type: 'Claim', data: { ...claim, erasedOwnerId: state.ownerId } }, ctx, clock);
+    const holder = state.ownerId;
+    if (holder === null || holder === claim.ownerId) throw error;
+    if ((await liveOwner(store, holder)) === null) {
+      return handleCommand(store, decider, stream, { type: 'Claim', data: { ...claim, formerOwner: { ownerId: holder } } }, ctx, clock);
+    }
+    if (isStale !== undefined && (await isStale({ ...state, ownerId: holder }))) {
+      return handleCommand(store, decider, stream, { type: 'Claim', data: { ...claim, formerOwner: { ownerId: holder, basis: state.basis ?? null } } }, ctx, clock);
+    }
+    throw error;
   }
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { ConflictError } from '../domain/errors';
 import { userStream } from '../domain/events';
-import { crmCustomerStream, emailReservationStream, reservationDecider } from '../domain/reservation';
+import { crmCustomerStream, emailReservationStream, reservationDecider, type ReservationState } from '../domain/reservation';
 import { USER_MESSAGES, userDecider, UserErasedError, type CrmFields, type ExistingUser, type UserEvent, type UserState } from '../domain/user';
 import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { Watermark } from '../projections/watermark';
@@ -113,7 +113,7 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
         eventStore,
         crmReservation,
         stream,
-        { type: 'Claim', data: state.ownerId === null ? claim : { ...claim, erasedOwnerId: state.ownerId } },
+        { type: 'Claim', data: state.ownerId === null ? claim : { ...claim, formerOwner: { ownerId: state.ownerId } } },
         ctx,
         clock,
       );
@@ -151,6 +151,26 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       { beforeAppend },
     );
 
+  /**
+   * Whether the holder of an address's claim has left it behind: their stream is past the event
+   * the claim was for (its `basis`) and they have another address. The sync that took it from
+   * them stopped before its release (a kill -9, a store error), or claimed it and then never
+   * appended. A claim still in flight is for an event their stream has not reached; one written
+   * before claims had a basis cannot be judged, and stands.
+   */
+  const leftBehind =
+    (stream: string) =>
+    async (held: ReservationState & { readonly ownerId: string }): Promise<boolean> => {
+      if (held.basis === undefined || held.basis === null) return false;
+      try {
+        const holder = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(held.ownerId));
+        return holder.revision >= BigInt(held.basis) && holder.state.exists && emailStream(holder.state.email) !== stream;
+      } catch {
+        // Their data cannot be read (a damaged data key): not judged, the claim stands (409, not somebody else's 503).
+        return false;
+      }
+    };
+
   /** Syncs of one CRM customer, one at a time in this process (see `syncCustomer`). */
   const customers = new OneAtATime();
 
@@ -176,7 +196,8 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       basis = Number(revision + 1n);
       if (previousEmail === input.email) return;
       await assertLegacyEmailFree(input.email, userId);
-      const claimed = await claimReservation(eventStore, emailReservation, emailStream(input.email), { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId, basis }, ctx, clock);
+      const stream = emailStream(input.email);
+      const claimed = await claimReservation(eventStore, emailReservation, stream, { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId, basis }, ctx, clock, leftBehind(stream));
       claimedEmail ||= claimed.events.length > 0;
     };
 

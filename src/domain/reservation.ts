@@ -27,10 +27,12 @@ export type ReservationCommand =
         readonly ownerId: string;
         readonly conflictMessage: string;
         /**
-         * A former owner known to be erased (their stream ends with `UserErased`): still holding
-         * the value, it is released and the value claimed in the same append (decisions §11).
+         * A former owner known not to hold the value any more, still holding it: released and the
+         * value claimed in the same append. Erased (their stream ends with `UserErased`: decisions
+         * §11), any claim of theirs; or past the event their claim was for without the value (its
+         * release lost to a stop: src/commands/users.ts), only while that claim (`basis`) stands.
          */
-        readonly erasedOwnerId?: string;
+        readonly formerOwner?: { readonly ownerId: string; readonly basis?: number | null };
         /** See ReservationEvent: an owner's claim with a higher basis than theirs is appended again, raising it. */
         readonly basis?: number;
       };
@@ -78,7 +80,8 @@ export function reservationDecider(kind: ReservationKind): Decider<ReservationSt
             const higher = c.basis !== undefined && (state.basis === undefined || state.basis === null || c.basis > state.basis);
             return higher ? [claimed] : [];
           }
-          if (state.ownerId !== null && state.ownerId === c.erasedOwnerId) {
+          const former = c.formerOwner;
+          if (state.ownerId !== null && former !== undefined && state.ownerId === former.ownerId && (former.basis === undefined || (state.basis ?? null) === former.basis)) {
             return [{ type: 'ReservationReleased', data: { kind, ownerId: state.ownerId } }, claimed];
           }
           if (state.ownerId !== null) throw new ConflictError(c.conflictMessage);

@@ -33,19 +33,29 @@ describe('reservation decider', () => {
     email.given([claimedAt('u1', 1)]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, basis: 9 } }).thenThrows(ConflictError, taken);
   });
 
+  test('a former owner left behind is taken over only while the claim judged stale still stands', () => {
+    const claimedAt = (ownerId: string, basis: number): ReservationEvent => ({ type: 'ReservationClaimed', data: { kind: 'email', ownerId, basis } });
+    const former = { ownerId: 'u1', basis: 3 };
+    email.given([claimedAt('u1', 3)]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: former } }).then([released('u1'), claimed('u2')]);
+    // u1 claimed it again meanwhile (a sync of theirs setting it back): it is theirs.
+    email.given([claimedAt('u1', 3), claimedAt('u1', 5)]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: former } }).thenThrows(ConflictError, taken);
+    // A claim written before claims had a basis is not the one judged.
+    email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: former } }).thenThrows(ConflictError, taken);
+  });
+
   test('a value held by another owner is refused with the message given', () => {
     email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken } }).thenThrows(ConflictError, taken);
   });
 
   test('a value held by an owner named as erased is released and claimed in one decision', () => {
-    email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, erasedOwnerId: 'u1' } }).then([released('u1'), claimed('u2')]);
-    const { state } = email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, erasedOwnerId: 'u1' } }).result();
+    email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: { ownerId: 'u1' } } }).then([released('u1'), claimed('u2')]);
+    const { state } = email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: { ownerId: 'u1' } } }).result();
     expect(state.ownerId).toBe('u2');
   });
 
   test('naming an erased owner frees nothing held by someone else (a concurrent claim won)', () => {
-    email.given([claimed('u1'), released('u1'), claimed('u3')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, erasedOwnerId: 'u1' } }).thenThrows(ConflictError, taken);
-    email.given([]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, erasedOwnerId: 'u1' } }).then([claimed('u2')]);
+    email.given([claimed('u1'), released('u1'), claimed('u3')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: { ownerId: 'u1' } } }).thenThrows(ConflictError, taken);
+    email.given([]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: { ownerId: 'u1' } } }).then([claimed('u2')]);
   });
 
   test('a release by someone who does not hold the value changes nothing', () => {

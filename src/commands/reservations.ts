@@ -45,7 +45,7 @@ export async function claimReservation(
   store: EventStore,
   decider: Decider<ReservationState, ReservationCommand, ReservationEvent>,
   stream: string,
-  claim: { readonly ownerId: string; readonly conflictMessage: string; readonly basis?: number },
+  claim: { readonly ownerId: string; readonly conflictMessage: string; readonly basis?: number; readonly at?: string },
   ctx: CommandContext,
   clock: Clock,
   isStale?: (held: ReservationState & { readonly ownerId: string }) => Promise<boolean>,

@@ -54,6 +54,13 @@ export interface UserCommands {
 }
 
 const crmReservation = reservationDecider('crm-customer');
+
+/**
+ * A claim whose holder's stream has not reached the event it was for, this long after it was
+ * made, was abandoned: its sync failed between the claim and the append (a store error, a stop).
+ * No sync waits anywhere near this long between the two.
+ */
+export const CLAIM_ABANDONED_AFTER_MS = 10 * 60 * 1000;
 const emailReservation = reservationDecider('email');
 
 function crmFields(input: SyncCustomerInput): Partial<CrmFields> {
@@ -152,11 +159,12 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
     );
 
   /**
-   * Whether the holder of an address's claim has left it behind: their stream is past the event
-   * the claim was for (its `basis`) and they have another address. The sync that took it from
-   * them stopped before its release (a kill -9, a store error), or claimed it and then never
-   * appended. A claim still in flight is for an event their stream has not reached; one written
-   * before claims had a basis cannot be judged, and stands.
+   * Whether the holder of an address's claim has left it behind: they do not have it, and their
+   * stream is past the event the claim was for (its `basis`: the sync that took it from them
+   * stopped before its release, a kill -9 or a store error), or has not reached it long after
+   * the claim (CLAIM_ABANDONED_AFTER_MS: the sync that claimed it never appended). A claim
+   * still in flight is for an event their stream has not reached; one written before claims had
+   * a basis cannot be judged, and stands.
    */
   const leftBehind =
     (stream: string) =>
@@ -164,7 +172,13 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       if (held.basis === undefined || held.basis === null) return false;
       try {
         const holder = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(held.ownerId));
-        return holder.revision >= BigInt(held.basis) && holder.state.exists && emailStream(holder.state.email) !== stream;
+        const hasIt = holder.state.exists && emailStream(holder.state.email) === stream;
+        if (hasIt) return false;
+        if (holder.revision >= BigInt(held.basis)) return true;
+        // Their stream has not reached the event the claim was for: in flight, unless it was
+        // made so long ago that its sync can only have failed (no append waits that long).
+        const claimedAt = held.claimedAt === undefined || held.claimedAt === null ? Number.NaN : Date.parse(held.claimedAt);
+        return clock.now().getTime() - claimedAt > CLAIM_ABANDONED_AFTER_MS;
       } catch {
         // Their data cannot be read (a damaged data key): not judged, the claim stands (409, not somebody else's 503).
         return false;
@@ -197,7 +211,15 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       if (previousEmail === input.email) return;
       await assertLegacyEmailFree(input.email, userId);
       const stream = emailStream(input.email);
-      const claimed = await claimReservation(eventStore, emailReservation, stream, { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId, basis }, ctx, clock, leftBehind(stream));
+      const claimed = await claimReservation(
+        eventStore,
+        emailReservation,
+        stream,
+        { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId, basis, at: clock.now().toISOString() },
+        ctx,
+        clock,
+        leftBehind(stream),
+      );
       claimedEmail ||= claimed.events.length > 0;
     };
 

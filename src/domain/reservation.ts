@@ -17,7 +17,11 @@ import type { Decider } from './messages';
  * CRM id, an erasure): a claim or a release whatever the order.
  */
 export type ReservationEvent =
-  | { readonly type: 'ReservationClaimed'; readonly data: { readonly kind: ReservationKind; readonly ownerId: string; readonly basis?: number } }
+  | {
+      readonly type: 'ReservationClaimed';
+      /** `at`: when a claim with a basis was made (ISO 8601), to tell one in flight from one abandoned. */
+      readonly data: { readonly kind: ReservationKind; readonly ownerId: string; readonly basis?: number; readonly at?: string };
+    }
   | { readonly type: 'ReservationReleased'; readonly data: { readonly kind: ReservationKind; readonly ownerId: string; readonly basis?: number } };
 
 export type ReservationCommand =
@@ -35,6 +39,8 @@ export type ReservationCommand =
         readonly formerOwner?: { readonly ownerId: string; readonly basis?: number | null };
         /** See ReservationEvent: an owner's claim with a higher basis than theirs is appended again, raising it. */
         readonly basis?: number;
+        /** When the claim is made (kept with a basis). */
+        readonly at?: string;
       };
     }
   | { readonly type: 'Release'; readonly data: { readonly ownerId: string; readonly basis?: number } };
@@ -45,6 +51,8 @@ export interface ReservationState {
   readonly ownerId: string | null;
   /** The basis of the owner's last claim; null when it had none. */
   readonly basis?: number | null;
+  /** When that claim was made; null when it did not say. */
+  readonly claimedAt?: string | null;
 }
 
 /** Stream names never hold the e-mail itself: the address is hashed. */
@@ -58,13 +66,13 @@ export function crmCustomerStream(syncId: number): string {
 
 export function reservationDecider(kind: ReservationKind): Decider<ReservationState, ReservationCommand, ReservationEvent> {
   return {
-    initialState: () => ({ ownerId: null, basis: null }),
+    initialState: () => ({ ownerId: null, basis: null, claimedAt: null }),
     evolve: (state, event) => {
       switch (event.type) {
         case 'ReservationClaimed':
-          return { ownerId: event.data.ownerId, basis: event.data.basis ?? null };
+          return { ownerId: event.data.ownerId, basis: event.data.basis ?? null, claimedAt: event.data.at ?? null };
         case 'ReservationReleased':
-          return state.ownerId === event.data.ownerId ? { ownerId: null, basis: null } : state;
+          return state.ownerId === event.data.ownerId ? { ownerId: null, basis: null, claimedAt: null } : state;
         default: {
           const _exhaustive: never = event;
           return _exhaustive;
@@ -75,7 +83,10 @@ export function reservationDecider(kind: ReservationKind): Decider<ReservationSt
       switch (command.type) {
         case 'Claim': {
           const c = command.data;
-          const claimed: ReservationEvent = { type: 'ReservationClaimed', data: { kind, ownerId: c.ownerId, ...(c.basis !== undefined ? { basis: c.basis } : {}) } };
+          const claimed: ReservationEvent = {
+            type: 'ReservationClaimed',
+            data: { kind, ownerId: c.ownerId, ...(c.basis !== undefined ? { basis: c.basis, ...(c.at !== undefined ? { at: c.at } : {}) } : {}) },
+          };
           if (state.ownerId === c.ownerId) {
             const higher = c.basis !== undefined && (state.basis === undefined || state.basis === null || c.basis > state.basis);
             return higher ? [claimed] : [];

@@ -61,7 +61,7 @@ export async function claimReservation(
       return handleCommand(store, decider, stream, { type: 'Claim', data: { ...claim, formerOwner: { ownerId: holder } } }, ctx, clock);
     }
     if (isStale !== undefined && (await isStale({ ...state, ownerId: holder }))) {
-      return handleCommand(store, decider, stream, { type: 'Claim', data: { ...claim, formerOwner: { ownerId: holder, basis: state.basis ?? null } } }, ctx, clock);
+      return handleCommand(store, decider, stream, { type: 'Claim', data: { ...claim, formerOwner: { ownerId: holder, basis: state.basis ?? null, claimedAt: state.claimedAt ?? null } } }, ctx, clock);
     }
     throw error;
   }

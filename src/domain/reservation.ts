@@ -36,7 +36,7 @@ export type ReservationCommand =
          * §11), any claim of theirs; or past the event their claim was for without the value (its
          * release lost to a stop: src/commands/users.ts), only while that claim (`basis`) stands.
          */
-        readonly formerOwner?: { readonly ownerId: string; readonly basis?: number | null };
+        readonly formerOwner?: { readonly ownerId: string; readonly basis?: number | null; readonly claimedAt?: string | null };
         /** See ReservationEvent: an owner's claim with a higher basis than theirs is appended again, raising it. */
         readonly basis?: number;
         /** When the claim is made (kept with a basis). */
@@ -88,11 +88,19 @@ export function reservationDecider(kind: ReservationKind): Decider<ReservationSt
             data: { kind, ownerId: c.ownerId, ...(c.basis !== undefined ? { basis: c.basis, ...(c.at !== undefined ? { at: c.at } : {}) } : {}) },
           };
           if (state.ownerId === c.ownerId) {
-            const higher = c.basis !== undefined && (state.basis === undefined || state.basis === null || c.basis > state.basis);
-            return higher ? [claimed] : [];
+            if (c.basis === undefined) return [];
+            const held = state.basis ?? null;
+            // A higher basis raises the claim; the same one made again (a sync tried again) renews
+            // its time, so a claim whose sync is in flight is never one abandoned long ago.
+            const renewed = held === c.basis && c.at !== undefined && c.at !== (state.claimedAt ?? null);
+            return held === null || c.basis > held || renewed ? [claimed] : [];
           }
           const former = c.formerOwner;
-          if (state.ownerId !== null && former !== undefined && state.ownerId === former.ownerId && (former.basis === undefined || (state.basis ?? null) === former.basis)) {
+          const stillTheOneJudged =
+            former !== undefined &&
+            (former.basis === undefined || (state.basis ?? null) === former.basis) &&
+            (former.claimedAt === undefined || (state.claimedAt ?? null) === former.claimedAt);
+          if (state.ownerId !== null && former !== undefined && state.ownerId === former.ownerId && stillTheOneJudged) {
             return [{ type: 'ReservationReleased', data: { kind, ownerId: state.ownerId } }, claimed];
           }
           if (state.ownerId !== null) throw new ConflictError(c.conflictMessage);

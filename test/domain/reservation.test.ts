@@ -43,6 +43,16 @@ describe('reservation decider', () => {
     email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: former } }).thenThrows(ConflictError, taken);
   });
 
+  test('a claim made again at the same basis (a sync tried again) renews its time; a takeover judged on the old time is refused', () => {
+    const at = (ownerId: string, basis: number, when: string): ReservationEvent => ({ type: 'ReservationClaimed', data: { kind: 'email', ownerId, basis, at: when } });
+    const [t0, t1] = ['2026-01-01T00:00:00.000Z', '2026-01-01T00:11:00.000Z'];
+    email.given([at('u1', 1, t0)]).when({ type: 'Claim', data: { ownerId: 'u1', conflictMessage: taken, basis: 1, at: t1 } }).then([at('u1', 1, t1)]);
+    email.given([at('u1', 1, t1)]).when({ type: 'Claim', data: { ownerId: 'u1', conflictMessage: taken, basis: 1, at: t1 } }).thenNothing();
+    const judged = { ownerId: 'u1', basis: 1, claimedAt: t0 };
+    email.given([at('u1', 1, t0)]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: judged } }).then([released('u1'), claimed('u2')]);
+    email.given([at('u1', 1, t0), at('u1', 1, t1)]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken, formerOwner: judged } }).thenThrows(ConflictError, taken);
+  });
+
   test('a value held by another owner is refused with the message given', () => {
     email.given([claimed('u1')]).when({ type: 'Claim', data: { ownerId: 'u2', conflictMessage: taken } }).thenThrows(ConflictError, taken);
   });

@@ -1,6 +1,6 @@
-import type { EventStore } from '../../src/infra/eventstore/port';
 import { CLAIM_ABANDONED_AFTER_MS } from '../../src/commands/users';
 import { api, CRM_KEY, shiftedClock, startTestService, type TestService } from '../support/harness';
+import { failNextUserAppend as failUserAppend, holdNextUserAppend } from '../support/user-appends';
 
 /**
  * Outside review (round five) of POST /auth/sync-customer, embedded mode: a sync that claimed
@@ -27,54 +27,25 @@ describe('sync-customer: a claim whose sync never appended (embedded)', () => {
   const emailOf = (res: { body: unknown }): string | undefined => (res.body as { user?: { email?: string } }).user?.email;
 
   /** The next append to a user's stream fails (after every claim its sync made). */
-  const failNextUserAppend = (): (() => void) => {
-    const store = service.eventStore as { append: EventStore['append'] };
-    const original = store.append.bind(service.eventStore);
-    let used = false;
-    store.append = async (streamName, events, expected) => {
-      if (!used && streamName.startsWith('user-')) {
-        used = true;
-        throw new Error('event store unavailable');
-      }
-      return original(streamName, events, expected);
-    };
-    return () => {
-      store.append = original;
-    };
-  };
+  const failNextUserAppend = (): (() => void) => failUserAppend(service.eventStore);
 
   it('a claim in flight (its append not made yet) is not taken over: the sync that made it gets the address, the other customer 409', async () => {
     const id = 860_000 + Math.floor(Math.random() * 50_000) * 4;
     const [addrA, addrB] = [`a-${id}@example.com`, `b-${id}@example.com`];
     expect((await sync(id, addrA)).status).toBe(201);
     // The customer's move to B: its claim is made, its append to the user's stream waits.
-    const store = service.eventStore as { append: EventStore['append'] };
-    const original = store.append.bind(service.eventStore);
-    let release: () => void = () => undefined;
-    let reached: () => void = () => undefined;
-    const held = new Promise<void>((resolve) => (release = resolve));
-    const atAppend = new Promise<void>((resolve) => (reached = resolve));
-    let once = false;
-    store.append = async (streamName, events, expected) => {
-      if (!once && streamName.startsWith('user-')) {
-        once = true;
-        reached();
-        await held;
-      }
-      return original(streamName, events, expected);
-    };
+    const held = holdNextUserAppend(service.eventStore);
     try {
       const move = sync(id, addrB);
-      await atAppend;
+      await held.atAppend;
       clock.advance(60_000);
       expect((await sync(id + 1, addrB)).status).toBe(409);
-      release();
+      held.release();
       const moved = await move;
       expect({ status: moved.status, email: emailOf(moved) }).toEqual({ status: 200, email: addrB });
       expect((await sync(id + 2, addrB)).status).toBe(409);
     } finally {
-      release();
-      store.append = original;
+      held.restore();
     }
   }, 60_000);
 

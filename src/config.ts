@@ -137,6 +137,7 @@ const envSchema = z.object({
   PROJECTOR_LEASE_MS: timerMs(10_000),
   SNAPSHOT_EVERY_EVENTS: positiveInt(20_000),
   SNAPSHOT_INTERVAL_SECONDS: timerSeconds(300),
+  STORE_START_TIMEOUT_SECONDS: timerSeconds(30),
   TUNNEL_HANDSHAKES_PER_SECOND: positiveInt(1000),
   RATE_LIMITS: optionalString.transform((spec, ctx) => {
     try {
@@ -186,6 +187,8 @@ interface CommonConfig {
   readonly rateLimits: Readonly<Record<Tier, TierLimit>>;
   /** Device handshakes one API process admits per second (src/tunnel/admission.ts). */
   readonly tunnelHandshakesPerSecond: number;
+  /** Distributed: how long a start waits for each store to answer (src/runtime/store-probes.ts). */
+  readonly storeStartTimeoutSeconds: number;
 }
 
 export interface EmbeddedConfig extends CommonConfig {
@@ -240,6 +243,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     projectorLeaseMs: e.PROJECTOR_LEASE_MS,
     rateLimits: e.RATE_LIMITS,
     tunnelHandshakesPerSecond: e.TUNNEL_HANDSHAKES_PER_SECOND,
+    storeStartTimeoutSeconds: e.STORE_START_TIMEOUT_SECONDS,
   };
 
   const distributedVars = { EVENTSTORE_URL: e.EVENTSTORE_URL, MONGODB_URI: e.MONGODB_URI, REDIS_URL: e.REDIS_URL };

@@ -98,6 +98,9 @@ describe('configuration', () => {
     expect(problems({ PROJECTOR_LEASE_MS: '9999999999' })).toEqual([expect.stringMatching(/^PROJECTOR_LEASE_MS: must be at most/)]);
     expect(problems({ SNAPSHOT_INTERVAL_SECONDS: '2147484' })).toEqual([expect.stringMatching(/^SNAPSHOT_INTERVAL_SECONDS: must be at most 2147483/)]);
     expect(problems({ INTERNAL_API_KEYS: ' , ,' })).toEqual(['INTERNAL_API_KEYS: holds no key (a comma list of keys)']);
+    expect(problems({ STORE_START_TIMEOUT_SECONDS: '0' })).toEqual([expect.stringMatching(/^STORE_START_TIMEOUT_SECONDS: /)]);
+    expect(loadConfig({}).storeStartTimeoutSeconds).toBe(30);
+    expect(loadConfig({ STORE_START_TIMEOUT_SECONDS: '5' }).storeStartTimeoutSeconds).toBe(5);
     // The largest values that work are taken.
     expect(loadConfig({ READ_YOUR_WRITES_TIMEOUT_MS: '2147483647', SNAPSHOT_INTERVAL_SECONDS: '2147483' }).readYourWritesTimeoutMs).toBe(2_147_483_647);
     expect(loadConfig({ INTERNAL_API_KEYS: 'a,,b' }).secrets.internalApiKeys).toEqual(['a', 'b']);

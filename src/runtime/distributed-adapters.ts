@@ -12,7 +12,7 @@ import { redactedPlaintext, type PlaintextEraser } from '../privacy/plaintext';
 import { openMongoReadModels } from '../projections/read-models';
 import { createRedisWatermark } from '../projections/watermark';
 import { checkKeyStore, PROJECTOR_LEASE_KEY, requireDataKeyEncryptionKey, type Infrastructure } from './adapters';
-import { EVENTSTORE, MONGODB, REDIS, STORE_START_TIMEOUT_MS, StoreUnreachableError, untilAnswered } from './store-probes';
+import { EVENTSTORE, MONGODB, REDIS, StoreUnreachableError, untilAnswered } from './store-probes';
 
 /** Read at a distributed start to see that EventStoreDB answers; never written. */
 const START_PROBE_STREAM = 'hhc-start-probe';
@@ -29,8 +29,9 @@ export async function connectDistributedInfrastructure(config: DistributedConfig
   redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
   // Each store answers before the start goes on, or the start stops naming it (store-probes.ts).
+  const startTimeoutMs = config.storeStartTimeoutSeconds * 1000;
   try {
-    await untilAnswered(REDIS, () => redis.ping());
+    await untilAnswered(REDIS, () => redis.ping(), startTimeoutMs);
   } catch (error) {
     subscriber.disconnect();
     redis.disconnect();
@@ -40,7 +41,7 @@ export async function connectDistributedInfrastructure(config: DistributedConfig
   const credentials = await openMongoCredentialStore(config.mongodbUri).catch((error: unknown) => {
     subscriber.disconnect();
     redis.disconnect();
-    throw new StoreUnreachableError(MONGODB, STORE_START_TIMEOUT_MS, error);
+    throw new StoreUnreachableError(MONGODB, error);
   });
   const privacyKeys = derivePrivacyKeys(requireDataKeyEncryptionKey(config.secrets));
   try {
@@ -54,9 +55,13 @@ export async function connectDistributedInfrastructure(config: DistributedConfig
   const esdb = createEsdbEventStore(config.eventStoreUrl);
   try {
     // A read of a stream nobody writes: answered (empty) by any EventStoreDB that is there.
-    await untilAnswered(EVENTSTORE, async () => {
-      for await (const event of esdb.readStream(START_PROBE_STREAM)) void event;
-    });
+    await untilAnswered(
+      EVENTSTORE,
+      async () => {
+        for await (const event of esdb.readStream(START_PROBE_STREAM)) void event;
+      },
+      startTimeoutMs,
+    );
   } catch (error) {
     await esdb.close().catch(() => undefined);
     await credentials.close().catch(() => undefined);

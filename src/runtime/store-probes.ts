@@ -19,9 +19,11 @@ export interface StoreName {
 }
 
 export class StoreUnreachableError extends Error {
-  constructor(name: StoreName, timeoutMs: number, cause: unknown) {
+  /** `timeoutMs`: how long it was waited for; absent when its driver gave up by itself. */
+  constructor(name: StoreName, cause: unknown, timeoutMs?: number) {
     const reason = cause instanceof Error ? cause.message : cause === undefined ? 'no answer' : String(cause);
-    super(`${name.variable}: ${name.store} did not answer within ${timeoutMs / 1000} s (${reason.split('\n')[0] ?? ''})`);
+    const waited = timeoutMs === undefined ? 'could not be reached' : `did not answer within ${timeoutMs / 1000} s`;
+    super(`${name.variable}: ${name.store} ${waited} (${reason.split('\n')[0] ?? ''})`);
     this.name = 'StoreUnreachableError';
   }
 }
@@ -35,7 +37,7 @@ export async function untilAnswered<T>(name: StoreName, probe: () => Promise<T>,
   let last: unknown;
   for (;;) {
     const left = deadline - Date.now();
-    if (left <= 0) throw new StoreUnreachableError(name, timeoutMs, last);
+    if (left <= 0) throw new StoreUnreachableError(name, last, timeoutMs);
     let timer: NodeJS.Timeout | undefined;
     const attempt = probe();
     attempt.catch(() => undefined);
@@ -43,7 +45,7 @@ export async function untilAnswered<T>(name: StoreName, probe: () => Promise<T>,
       return await Promise.race([
         attempt,
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new StoreUnreachableError(name, timeoutMs, last)), left);
+          timer = setTimeout(() => reject(new StoreUnreachableError(name, last, timeoutMs)), left);
         }),
       ]);
     } catch (error) {

@@ -39,7 +39,7 @@ async function startDistributed(env: Record<string, string>, deadlineMs: number)
   const port = await freePort();
   const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'main.ts')], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', ...TEST_SECRETS, ...env },
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', STORE_START_TIMEOUT_SECONDS: '5', ...TEST_SECRETS, ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let stderr = '';

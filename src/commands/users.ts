@@ -91,10 +91,15 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
     if ((await liveOwner(eventStore, state.ownerId)) !== null) throw new ConflictError(USER_MESSAGES.emailTakenBySyncId);
   };
 
-  const releaseEmail = async (email: string, userId: string, ctx: CommandContext): Promise<void> => {
+  /**
+   * Frees an address held by the user, under its keyed name and the unkeyed one it is held under
+   * if it was claimed before names were keyed. With a `basis` (a sync leaving it), only a claim
+   * made for an earlier event of theirs (src/domain/reservation.ts); without one (erasure), any.
+   */
+  const releaseEmail = async (email: string, userId: string, ctx: CommandContext, basis?: number): Promise<void> => {
     const names = [...new Set([emailStream(email), emailReservationStream(email)])];
     for (const name of names) {
-      await handleCommand(eventStore, emailReservation, name, { type: 'Release', data: { ownerId: userId } }, ctx, clock);
+      await handleCommand(eventStore, emailReservation, name, { type: 'Release', data: { ownerId: userId, ...(basis !== undefined ? { basis } : {}) } }, ctx, clock);
     }
   };
 
@@ -232,12 +237,7 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
     });
 
     const left: string | null = result.events.length > 0 ? previousEmail : null;
-    if (left !== null && left !== input.email) {
-      // The keyed name, and the unkeyed one an address claimed before names were keyed is held under.
-      for (const name of new Set([emailStream(left), emailReservationStream(left)])) {
-        await handleCommand(eventStore, emailReservation, name, { type: 'Release', data: { ownerId: userId, basis } }, ctx, clock);
-      }
-    }
+    if (left !== null && left !== input.email) await releaseEmail(left, userId, ctx, basis);
 
     await settle([claimPosition, result.position]);
     if (!result.state.exists) throw new Error('sync-customer left no user behind');

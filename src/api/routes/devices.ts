@@ -258,8 +258,10 @@ export function deviceRoutes(deps: DeviceDeps): Router {
 
   router.post('/heartbeat/:uuid', async (req, res) => {
     const { claims, uuid } = hubClaims(req, res);
-    await tokenBeforeBody(res, uuid, claims.gen, heartbeatBody.safeParse(req.body ?? {}).success);
-    const body = parseInput(heartbeatBody, req.body ?? {});
+    // Parsed once: a body that does not validate is answered (400) only after the token is.
+    const parsed = heartbeatBody.safeParse(req.body ?? {});
+    await tokenBeforeBody(res, uuid, claims.gen, parsed.success);
+    const body = parsed.success ? parsed.data : parseInput(heartbeatBody, req.body ?? {});
     const device = await deps.devices.heartbeat(uuid, claims.gen, body, requestContext(res, { type: 'device', id: uuid }));
     res.status(200).json({ success: true, device });
   });

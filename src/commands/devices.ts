@@ -22,7 +22,7 @@ import { countOwnedDevices, findDeviceByInternalId } from '../projections/device
 import { findUserByEmail } from '../projections/users';
 import type { Keyring } from '../privacy/keyring';
 import type { Watermark } from '../projections/watermark';
-import { OneAtATime, type KeyedSerializer } from './one-at-a-time';
+import { OneAtATime, type KeyedSerializer } from '../infra/one-at-a-time';
 import { createDeviceSnapshots, DEVICE_SNAPSHOT_EVERY } from './snapshots';
 import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
 

@@ -7,7 +7,7 @@ import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
 import type { Watermark } from '../projections/watermark';
 import { SubjectErasedError } from '../privacy/keyring';
 import { handleCommand, loadAggregate, type Clock, type CommandContext, type HandledCommand } from './handler';
-import { OneAtATime } from './one-at-a-time';
+import { OneAtATime } from '../infra/one-at-a-time';
 import { claimReservation, liveOwner } from './reservations';
 
 export interface UserCommandDeps {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type Redis from 'ioredis';
-import { OneAtATime, type KeyedSerializer } from '../commands/one-at-a-time';
+import { OneAtATime, type KeyedSerializer } from './one-at-a-time';
 
 /**
  * Work run one at a time per key across every API process (distributed mode): a lease in Redis

@@ -1,4 +1,4 @@
-import { OneAtATime } from '../../src/commands/one-at-a-time';
+import { OneAtATime } from '../../src/infra/one-at-a-time';
 
 const tick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 

@@ -1,4 +1,4 @@
-import { api, CRM_KEY, serviceForDescribe } from '../support/harness';
+import { serviceForDescribe, syncCustomer } from '../support/harness';
 
 /**
  * Outside review of POST /auth/sync-customer: a CRM that syncs one customer from two workers
@@ -21,11 +21,7 @@ describe('sync-customer: concurrent syncs of one customer and e-mail uniqueness 
   const serviceOf = serviceForDescribe('embedded');
 
   let nextId = 700_000 + Math.floor(Math.random() * 100_000) * 10;
-  const sync = (id: number, email: string, firstName = 'Ada') =>
-    api(serviceOf(), 'POST', '/auth/sync-customer', {
-      headers: { 'X-Internal-Api-Key': CRM_KEY },
-      body: { id, first_name: firstName, last_name: 'Lovelace', email, active: true },
-    });
+  const sync = (id: number, email: string, firstName = 'Ada') => syncCustomer(serviceOf(), id, email, firstName);
   const userOf = (res: { body: unknown }): SyncedUser => (res.body as { user: SyncedUser }).user;
 
   it('an address the customer took and left again in concurrent syncs is free for another customer', async () => {

@@ -1,5 +1,5 @@
 import type { EventStore } from '../../src/infra/eventstore/port';
-import { api, CRM_KEY, startTestService, type TestService } from '../support/harness';
+import { startTestService, type TestService, syncCustomer } from '../support/harness';
 
 /** Holds some of a process's appends back for a while (a slow round trip to the event store), chosen by `delayOf`. */
 function slowAppends(store: EventStore, delayOf: (streamName: string, types: readonly string[]) => number): () => void {
@@ -42,11 +42,7 @@ describe('sync-customer: one customer synced from two API processes at once (dis
   });
 
   let nextId = 800_000 + Math.floor(Math.random() * 100_000) * 10;
-  const sync = (service: TestService, id: number, email: string, firstName = 'Ada') =>
-    api(service, 'POST', '/auth/sync-customer', {
-      headers: { 'X-Internal-Api-Key': CRM_KEY },
-      body: { id, first_name: firstName, last_name: 'Lovelace', email, active: true },
-    });
+  const sync = (service: TestService, id: number, email: string, firstName = 'Ada') => syncCustomer(service, id, email, firstName);
   const emailOf = (res: { body: unknown }): string | undefined => (res.body as { user?: { email?: string } }).user?.email;
 
   it('an address the customer holds after two slow concurrent syncs on two processes stays reserved', async () => {

@@ -1,5 +1,5 @@
 import type { EventStore, NewEvent } from '../../src/infra/eventstore/port';
-import { api, CRM_KEY, startTestService, type TestService } from '../support/harness';
+import { startTestService, type TestService, syncCustomer } from '../support/harness';
 
 /**
  * Outside review (round three) of POST /auth/sync-customer across two API processes (distributed).
@@ -58,8 +58,7 @@ describe('sync-customer: the check after the append, across two API processes (d
   });
 
   let nextId = 900_000 + Math.floor(Math.random() * 50_000) * 10;
-  const sync = (service: TestService, id: number, email: string) =>
-    api(service, 'POST', '/auth/sync-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id, first_name: 'Ada', last_name: 'Lovelace', email, active: true } });
+  const sync = (service: TestService, id: number, email: string) => syncCustomer(service, id, email);
   const emailOf = (res: { body: unknown }): string | undefined => (res.body as { user?: { email?: string } }).user?.email;
 
   it('an address the customer has left is not reserved again for them by a sync whose check reads its own, older, result', async () => {

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { EventStore } from '../../src/infra/eventstore/port';
-import { api, CRM_KEY, startTestService, type TestService } from '../support/harness';
+import { startTestService, type TestService, syncCustomer } from '../support/harness';
 
 /**
  * Outside review (round four) of POST /auth/sync-customer, embedded mode, a process that stops
@@ -25,8 +25,7 @@ describe('sync-customer: a process stopped between the append and the release (e
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const sync = (s: TestService, id: number, email: string) =>
-    api(s, 'POST', '/auth/sync-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id, first_name: 'Ada', last_name: 'Lovelace', email, active: true } });
+  const sync = (s: TestService, id: number, email: string) => syncCustomer(s, id, email);
 
   it('the address the customer left is free once the service is back and the CRM has sent the sync again', async () => {
     const id = 700_000 + Math.floor(Math.random() * 100_000) * 2;

@@ -1,5 +1,5 @@
 import { CLAIM_ABANDONED_AFTER_MS } from '../../src/commands/users';
-import { api, CRM_KEY, shiftedClock, startTestService, type TestService } from '../support/harness';
+import { shiftedClock, startTestService, type TestService, syncCustomer } from '../support/harness';
 import { failNextUserAppend as failUserAppend, holdNextUserAppend } from '../support/user-appends';
 
 /**
@@ -22,8 +22,7 @@ describe('sync-customer: a claim whose sync never appended (embedded)', () => {
     await service?.stop();
   });
 
-  const sync = (id: number, email: string) =>
-    api(service, 'POST', '/auth/sync-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id, first_name: 'Ada', last_name: 'Lovelace', email, active: true } });
+  const sync = (id: number, email: string) => syncCustomer(service, id, email);
   const emailOf = (res: { body: unknown }): string | undefined => (res.body as { user?: { email?: string } }).user?.email;
 
   /** The next append to a user's stream fails (after every claim its sync made). */

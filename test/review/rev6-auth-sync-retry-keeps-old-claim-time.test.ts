@@ -1,5 +1,5 @@
 import { CLAIM_ABANDONED_AFTER_MS } from '../../src/commands/users';
-import { api, CRM_KEY, shiftedClock, startTestService, type TestService } from '../support/harness';
+import { shiftedClock, startTestService, type TestService, syncCustomer } from '../support/harness';
 import { failNextUserAppend as failUserAppend, holdNextUserAppend as holdUserAppend, type HeldAppend } from '../support/user-appends';
 
 /**
@@ -25,8 +25,7 @@ describe('sync-customer: a retry of a failed sync, its claim older than 10 minut
     await service?.stop();
   });
 
-  const sync = (id: number, email: string) =>
-    api(service, 'POST', '/auth/sync-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id, first_name: 'Ada', last_name: 'Lovelace', email, active: true } });
+  const sync = (id: number, email: string) => syncCustomer(service, id, email);
   type Res = { status: number; body: unknown };
   const userOf = (res: Res): { id?: string; email?: string } => (res.body as { user?: { id?: string; email?: string } }).user ?? {};
 

@@ -165,6 +165,14 @@ let nextCustomerId = 10_000 + Math.floor(Math.random() * 1_000_000);
 const TEST_ADMIN_EMAILS = Array.from({ length: 100 }, (_, i) => `admin.${i}@example.com`);
 let nextAdmin = 0;
 
+/** One CRM sync of customer `id` with `email` (active, Ada Lovelace unless named), answered as the service answers it. */
+export function syncCustomer(service: TestService, id: number, email: string, firstName = 'Ada'): ReturnType<typeof api> {
+  return api(service, 'POST', '/auth/sync-customer', {
+    headers: { 'X-Internal-Api-Key': CRM_KEY },
+    body: { id, first_name: firstName, last_name: 'Lovelace', email, active: true },
+  });
+}
+
 /** Creates a user through the CRM endpoint and returns it with an access token signed by the service's key. */
 export async function createUser(
   service: TestService,

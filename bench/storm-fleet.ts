@@ -83,6 +83,8 @@ function runWorker(): void {
           tokens: { load: () => spec.token, save: () => undefined },
           // BENCH_CLIENT_TIMEOUT_MS: a longer wait for a machine too busy for the default 10 s (memory runs only).
           ...(process.env.BENCH_CLIENT_TIMEOUT_MS !== undefined ? { requestTimeoutMs: Number(process.env.BENCH_CLIENT_TIMEOUT_MS) } : {}),
+          // BENCH_CONNECT_TIMEOUT_MS: another wait for one tunnel connection attempt (the client's default 30 s), to compare.
+          ...(process.env.BENCH_CONNECT_TIMEOUT_MS !== undefined ? { connectTimeoutMs: Number(process.env.BENCH_CONNECT_TIMEOUT_MS) } : {}),
         });
         client.on((event) => {
           if (event.type === 'connected') {

@@ -196,6 +196,34 @@ test('the tunnel reconnects after a drop with capped exponential backoff and ful
   }
 });
 
+test('a slow service: an attempt waits connectTimeoutMs (30 s by default) before it is given up', async () => {
+  const { hub, token } = await household();
+  // The default, as the client hands it to Socket.IO.
+  let timeoutGiven: unknown;
+  const capture = (url: string, options: Parameters<typeof io>[1]): ReturnType<typeof io> => {
+    timeoutGiven = options?.timeout;
+    return io(url, options);
+  };
+  await startHub(hub, token, { io: capture });
+  expect(timeoutGiven).toBe(30_000);
+  running.splice(0).forEach((client) => client.stop());
+  // A crowded service: every chunk of the handshake passed on 500 ms late (~2 s in all).
+  const proxy: TcpProxy = await startTcpProxy(service.baseUrl);
+  try {
+    proxy.delay(500);
+    const impatient = await startHub(hub, token, { baseUrl: proxy.baseUrl, connectTimeoutMs: 800, reconnect: { baseMs: 60_000, capMs: 60_000 } });
+    await eventually(() => ofType(impatient.events, 'reconnecting').length >= 1, 10_000, 'the impatient attempt given up');
+    expect(ofType(impatient.events, 'reconnecting')[0]?.cause).toBe('timeout');
+    expect(connectedCount(impatient.events)).toBe(0);
+    impatient.client.stop();
+    const patient = await startHub(hub, token, { baseUrl: proxy.baseUrl, connectTimeoutMs: 10_000 });
+    await eventually(() => connectedCount(patient.events) === 1, 15_000, 'connected on its first attempt');
+    expect(ofType(patient.events, 'reconnecting')).toEqual([]);
+  } finally {
+    await proxy.close();
+  }
+});
+
 test('messages go to the handler; replies carry replyTo', async () => {
   const { owner, hub, token } = await household();
   const started = await startHub(hub, token);

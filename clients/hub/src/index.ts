@@ -76,6 +76,13 @@ export interface HubClientOptions {
   readonly renewRetry?: BackoffOptions;
   /** How long a request or an ack may take, ms (default 10000). */
   readonly requestTimeoutMs?: number;
+  /**
+   * How long one tunnel connection attempt may take, from the TCP connect to the handshake's
+   * answer, ms (default 30000, as MQTT clients wait). After a crash the whole fleet is queued
+   * at the service: an attempt given up early is thrown away work on both sides, and the retry
+   * joins the back of the same queue.
+   */
+  readonly connectTimeoutMs?: number;
   readonly timers?: Timers;
   readonly random?: () => number;
   readonly fetch?: typeof fetch;
@@ -97,6 +104,9 @@ function retryAfterOf(body: Record<string, unknown> | null, header: string | nul
   const seconds = header === null ? NaN : Number(header);
   return Number.isFinite(seconds) ? seconds : undefined;
 }
+
+/** How long a tunnel connection attempt may take by default, ms (`connectTimeoutMs`). */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 30_000;
 
 /** Without `retryAfter`, a `RATE_LIMITED` means 10 seconds (the contract). */
 const DEFAULT_RETRY_AFTER = 10;
@@ -399,7 +409,7 @@ export class HubClient {
       reconnection: false,
       forceNew: true,
       autoConnect: false,
-      timeout: this.options.requestTimeoutMs ?? 10_000,
+      timeout: this.options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
     }) as HubSocket;
     this.socket = socket;
 

@@ -3,10 +3,11 @@ import { ConflictError } from '../domain/errors';
 import { userStream } from '../domain/events';
 import { crmCustomerStream, emailReservationStream, reservationDecider, type ReservationState } from '../domain/reservation';
 import { USER_MESSAGES, userDecider, UserErasedError, type CrmFields, type ExistingUser, type UserEvent, type UserState } from '../domain/user';
-import type { EventStore, GlobalPosition } from '../infra/eventstore/port';
+import { WrongExpectedRevisionError, type EventStore, type GlobalPosition } from '../infra/eventstore/port';
+import type { EmailClaimWithdrawn } from '../domain/user-model';
 import type { Watermark } from '../projections/watermark';
 import { SubjectErasedError } from '../privacy/keyring';
-import { handleCommand, loadAggregate, type Clock, type CommandContext, type HandledCommand } from './handler';
+import { handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand } from './handler';
 import { OneAtATime } from '../infra/one-at-a-time';
 import { claimReservation, liveOwner } from './reservations';
 
@@ -170,25 +171,47 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
    * the claim (CLAIM_ABANDONED_AFTER_MS: the sync that claimed it never appended). A claim
    * still in flight is for an event their stream has not reached; one written before claims had
    * a basis cannot be judged, and stands.
+   *
+   * A claim judged abandoned by its age is judged by a clock, which may be wrong (stepped,
+   * skewed between processes) or meet a sync that is only very late: before `takenBy` takes it
+   * over, its holder's stream is fenced (`EmailClaimWithdrawn`, appended at the revision just
+   * read), so a sync of theirs decided on that revision can no longer append: it decides again
+   * and finds the address taken. If their stream moved meanwhile, nothing is taken over.
    */
   const leftBehind =
-    (stream: string) =>
+    (stream: string, takenBy: string, ctx: CommandContext) =>
     async (held: ReservationState & { readonly ownerId: string }): Promise<boolean> => {
       if (held.basis === undefined || held.basis === null) return false;
+      let revision: bigint;
       try {
         const holder = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(held.ownerId));
         const hasIt = holder.state.exists && emailStream(holder.state.email) === stream;
         if (hasIt) return false;
         if (holder.revision >= BigInt(held.basis)) return true;
-        // Their stream has not reached the event the claim was for: in flight, unless it was
-        // made so long ago that its sync can only have failed (no append waits that long).
-        const claimedAt = held.claimedAt === undefined || held.claimedAt === null ? Number.NaN : Date.parse(held.claimedAt);
-        return clock.now().getTime() - claimedAt > CLAIM_ABANDONED_AFTER_MS;
+        revision = holder.revision;
       } catch {
         // Their data cannot be read (a damaged data key): not judged, the claim stands (409, not somebody else's 503).
         return false;
       }
+      // Their stream has not reached the event the claim was for: in flight, unless it was
+      // made so long ago that its sync can only have failed (no append waits that long).
+      const claimedAt = held.claimedAt === undefined || held.claimedAt === null ? Number.NaN : Date.parse(held.claimedAt);
+      if (!(clock.now().getTime() - claimedAt > CLAIM_ABANDONED_AFTER_MS)) return false;
+      return fence(held.ownerId, revision, takenBy, ctx);
     };
+
+  /** Appends `EmailClaimWithdrawn` to the user's stream at `revision`: false when the stream moved since. */
+  const fence = async (userId: string, revision: bigint, takenBy: string, ctx: CommandContext): Promise<boolean> => {
+    const now = clock.now().toISOString();
+    const withdrawn: EmailClaimWithdrawn = { type: 'EmailClaimWithdrawn', data: { userId, takenBy, withdrawnAt: now } };
+    try {
+      await eventStore.append(userStream(userId), toNewEvents([withdrawn], ctx, now), revision < 0n ? 'no_stream' : revision);
+      return true;
+    } catch (error) {
+      if (error instanceof WrongExpectedRevisionError) return false;
+      throw error;
+    }
+  };
 
   /** Syncs of one CRM customer, one at a time in this process (see `syncCustomer`). */
   const customers = new OneAtATime();
@@ -223,7 +246,7 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
         { ownerId: userId, conflictMessage: USER_MESSAGES.emailTakenBySyncId, basis, at: clock.now().toISOString() },
         ctx,
         clock,
-        leftBehind(stream),
+        leftBehind(stream, userId, ctx),
       );
       claimedEmail ||= claimed.events.length > 0;
     };

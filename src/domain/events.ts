@@ -56,6 +56,7 @@ export const EVENT_CATEGORY: Readonly<Record<HomeHubEventType, StreamCategory>> 
   PasswordResetRequested: 'user',
   EmailVerified: 'user',
   UserErased: 'user',
+  EmailClaimWithdrawn: 'user',
   DeviceRegistered: 'device',
   DeviceUpdated: 'device',
   UserLinked: 'device',

@@ -224,8 +224,21 @@ export type UserErased = DomainEvent<
   }
 >;
 
+/**
+ * Another user took over an e-mail address this user's sync had claimed and never took (its
+ * append to this stream never came: CLAIM_ABANDONED_AFTER_MS in src/commands/users.ts). It
+ * changes nothing of the user: it moves the stream past the revision that sync decided on, so
+ * that sync, if it is only late, fails its expected revision and decides again (and finds the
+ * address taken) instead of giving the address to a second user. Ids only.
+ */
+export type EmailClaimWithdrawn = DomainEvent<
+  'EmailClaimWithdrawn',
+  { readonly userId: string; readonly takenBy: string; readonly withdrawnAt: string }
+>;
+
 export type UserEvent =
   | UserErased
+  | EmailClaimWithdrawn
   | UserSynced
   | UserDeactivated
   | UserReactivated

@@ -299,6 +299,9 @@ export function evolveUser(state: UserState, event: UserEvent): UserState {
       return { ...state, isEmailVerified: true, updatedAt: event.data.verifiedAt };
     case 'UserErased':
       return { exists: false, erased: true };
+    case 'EmailClaimWithdrawn':
+      // Nothing of the user changes: the stream only moves past a sync decided before it.
+      return state;
     default: {
       const _exhaustive: never = event;
       return _exhaustive;

@@ -35,6 +35,7 @@ export const CURRENT_VERSIONS: Readonly<Record<string, number>> = {
   PasswordResetRequested: 1,
   EmailVerified: 2,
   UserErased: 1,
+  EmailClaimWithdrawn: 1,
   DeviceRegistered: 2,
   DeviceUpdated: 2,
   UserLinked: 1,

@@ -1,5 +1,5 @@
 import { CLAIM_ABANDONED_AFTER_MS } from '../../src/commands/users';
-import { shiftedClock, startTestService, type TestService, syncCustomer } from '../support/harness';
+import { serviceForDescribe, shiftedClock, syncCustomer } from '../support/harness';
 import { failNextUserAppend as failUserAppend, holdNextUserAppend } from '../support/user-appends';
 
 /**
@@ -13,27 +13,21 @@ import { failNextUserAppend as failUserAppend, holdNextUserAppend } from '../sup
  * created (201).
  */
 describe('sync-customer: a claim whose sync never appended (embedded)', () => {
-  let service: TestService;
   const clock = shiftedClock();
-  beforeAll(async () => {
-    service = await startTestService('embedded', {}, { clock });
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const running = serviceForDescribe('embedded', {}, { clock });
 
-  const sync = (id: number, email: string) => syncCustomer(service, id, email);
+  const sync = (id: number, email: string) => syncCustomer(running(), id, email);
   const emailOf = (res: { body: unknown }): string | undefined => (res.body as { user?: { email?: string } }).user?.email;
 
   /** The next append to a user's stream fails (after every claim its sync made). */
-  const failNextUserAppend = (): (() => void) => failUserAppend(service.eventStore);
+  const failNextUserAppend = (): (() => void) => failUserAppend(running().eventStore);
 
   it('a claim in flight (its append not made yet) is not taken over: the sync that made it gets the address, the other customer 409', async () => {
     const id = 860_000 + Math.floor(Math.random() * 50_000) * 4;
     const [addrA, addrB] = [`a-${id}@example.com`, `b-${id}@example.com`];
     expect((await sync(id, addrA)).status).toBe(201);
     // The customer's move to B: its claim is made, its append to the user's stream waits.
-    const held = holdNextUserAppend(service.eventStore);
+    const held = holdNextUserAppend(running().eventStore);
     try {
       const move = sync(id, addrB);
       await held.atAppend;

@@ -1,5 +1,5 @@
 import { CLAIM_ABANDONED_AFTER_MS } from '../../src/commands/users';
-import { shiftedClock, startTestService, type TestService, syncCustomer } from '../support/harness';
+import { serviceForDescribe, shiftedClock, syncCustomer } from '../support/harness';
 import { failNextUserAppend as failUserAppend, holdNextUserAppend as holdUserAppend, type HeldAppend } from '../support/user-appends';
 
 /**
@@ -16,21 +16,15 @@ import { failNextUserAppend as failUserAppend, holdNextUserAppend as holdUserApp
  * 10 minutes after the claim, "taken for one in flight, and refused".
  */
 describe('sync-customer: a retry of a failed sync, its claim older than 10 minutes (embedded)', () => {
-  let service: TestService;
   const clock = shiftedClock();
-  beforeAll(async () => {
-    service = await startTestService('embedded', {}, { clock });
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const running = serviceForDescribe('embedded', {}, { clock });
 
-  const sync = (id: number, email: string) => syncCustomer(service, id, email);
+  const sync = (id: number, email: string) => syncCustomer(running(), id, email);
   type Res = { status: number; body: unknown };
   const userOf = (res: Res): { id?: string; email?: string } => (res.body as { user?: { id?: string; email?: string } }).user ?? {};
 
-  const failNextUserAppend = (): (() => void) => failUserAppend(service.eventStore);
-  const holdNextUserAppend = (): HeldAppend => holdUserAppend(service.eventStore);
+  const failNextUserAppend = (): (() => void) => failUserAppend(running().eventStore);
+  const holdNextUserAppend = (): HeldAppend => holdUserAppend(running().eventStore);
 
   /** Both finished: the customers that came out of them holding `email`. */
   const holders = (email: string, ...results: Res[]): string[] =>

@@ -115,10 +115,10 @@ export async function startTestService(mode: Mode, extraEnv: Record<string, stri
  * One service for the tests of a describe block. Call at the top of the block: it registers its
  * own beforeAll/afterAll; the getter answers within a test.
  */
-export function serviceForDescribe(mode: Mode, extraEnv: Record<string, string> = {}): () => TestService {
+export function serviceForDescribe(mode: Mode, extraEnv: Record<string, string> = {}, options: TestServiceOptions = {}): () => TestService {
   let service: TestService | undefined;
   beforeAll(async () => {
-    service = await startTestService(mode, extraEnv);
+    service = await startTestService(mode, extraEnv, options);
   }, 60_000);
   afterAll(async () => {
     await service?.stop();

@@ -9,8 +9,8 @@
  * DIST=1 runs the compiled service (as in production; else through tsx). PROF=<dir> writes a
  * CPU profile of the restarted process there (node --cpu-prof). KEEP=<dir> keeps a copy of the
  * crashed DATA_DIR; DATA_FROM=<dir> restarts on a copy of one instead of filling a new one.
- * SNAPSHOT_INTERVAL_SECONDS and WAIT_MS (a pause before the kill) choose whether a start
- * snapshot covers the events at the crash. RUNS=<n> restarts n times, each on a fresh copy of
+ * SNAPSHOT_INTERVAL_SECONDS, SNAPSHOT_EVERY_EVENTS and WAIT_MS (a pause before the kill)
+ * choose whether a start snapshot covers the events at the crash. RUNS=<n> restarts n times, each on a fresh copy of
  * the crashed DATA_DIR, and prints the medians; MAIN=<file> runs another compiled entry point
  * (another build of the service) instead of dist/main.js; BENCH_SERVICE_ARGS, Node options for
  * the restarted process (space-separated). INTERLEAVE=1 registers every hub
@@ -107,7 +107,10 @@ async function inParallel<T>(items: readonly T[], width: number, work: (item: T)
 }
 
 async function fill(dataDir: string): Promise<void> {
-  const service = await start(dataDir, [], { SNAPSHOT_INTERVAL_SECONDS: process.env.SNAPSHOT_INTERVAL_SECONDS ?? '300' });
+  const service = await start(dataDir, [], {
+    SNAPSHOT_INTERVAL_SECONDS: process.env.SNAPSHOT_INTERVAL_SECONDS ?? '300',
+    ...(process.env.SNAPSHOT_EVERY_EVENTS !== undefined ? { SNAPSHOT_EVERY_EVENTS: process.env.SNAPSHOT_EVERY_EVENTS } : {}),
+  });
   const base = `http://127.0.0.1:${service.port}`;
   const secrets = JSON.parse(readFileSync(join(dataDir, 'secrets.json'), 'utf8')) as Parameters<typeof createTokens>[0] & { internalApiKeys: string[] };
   const tokens = createTokens(secrets);

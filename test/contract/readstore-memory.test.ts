@@ -22,6 +22,38 @@ describe('memory read store', () => {
     readonly tags: readonly string[];
   }
 
+  it("a start's replay: indexes declared while indexing is deferred over a snapshot's documents answer from the replay's result", async () => {
+    interface Hub extends ReadDoc {
+      readonly id: string;
+      readonly owner: string;
+      readonly seenAt: number;
+    }
+    const snapshot = createMemoryReadStore();
+    const before = snapshot.collection<Hub>('hubs');
+    for (let i = 0; i < 200; i++) await before.put({ id: `h${i}`, owner: `u${i % 4}`, seenAt: i }, '1');
+    const store = createMemoryReadStore(snapshot.exportState());
+    const resume = store.deferIndexing();
+    const hubs = store.collection<Hub>('hubs');
+    await hubs.ensureIndex([{ field: 'owner', order: 'asc' }, { field: 'seenAt', order: 'asc' }]);
+    // Every hub seen again (a replay of heartbeats), the order reversed; one moved to another owner.
+    for (let i = 0; i < 200; i++) await hubs.put({ id: `h${i}`, owner: i === 5 ? 'u2' : `u${i % 4}`, seenAt: 1000 - i }, '2');
+    resume();
+    const page = await hubs.find({ where: { owner: 'u1' }, sort: [{ field: 'seenAt', order: 'asc' }], limit: 3 });
+    expect(page.map((hub) => hub.id)).toEqual(['h197', 'h193', 'h189']);
+    expect(await hubs.count({ owner: 'u1' })).toBe(49);
+    expect(await hubs.count({ owner: 'u2' })).toBe(51);
+  });
+
+  it('an index declared while indexing is deferred is there for a query made before the deferral ends', async () => {
+    const store = createMemoryReadStore();
+    store.deferIndexing();
+    const docs = store.collection<Doc>('docs');
+    await docs.ensureIndex([{ field: 'name', order: 'asc' }, { field: 'id', order: 'desc' }]);
+    for (const id of ['a', 'b', 'c']) await docs.put({ id, name: 'n', tags: [] }, '1');
+    expect((await docs.find({ where: { name: 'n' }, sort: [{ field: 'id', order: 'desc' }] })).map((d) => d.id)).toEqual(['c', 'b', 'a']);
+    expect(await docs.count({ name: 'n' })).toBe(3);
+  });
+
   it('hands out frozen documents, so a mutation fails loudly instead of silently', async () => {
     const docs = createMemoryReadStore().collection<Doc>('docs');
     await docs.put({ id: 'a', name: 'a', tags: ['x'] }, '1');

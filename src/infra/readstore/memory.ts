@@ -155,6 +155,12 @@ class MemoryCollection implements ReadCollection<Stored> {
   private readonly equalityIndexes = new Map<string, EqualityIndex>();
   private readonly uniqueIndexes = new Map<string, UniqueIndex>();
   private readonly compoundIndexes: CompoundIndex[] = [];
+  /**
+   * Indexes declared while indexing was deferred (a start's replay): built once from the
+   * documents as they are when it resumes (or at a first query before), rather than built over
+   * the snapshot's documents and then moved for every document the replay changes.
+   */
+  private readonly pendingIndexes: ParsedSortKey[][] = [];
 
   constructor(private readonly indexing: Indexing) {}
 
@@ -282,19 +288,28 @@ class MemoryCollection implements ReadCollection<Stored> {
   }
 
   async ensureIndex(fields: readonly SortKey[], options?: { readonly unique?: boolean }): Promise<void> {
-    this.catchUpIndexes();
+    this.catchUpEntries();
     const keys = parseSort(fields);
     if (keys.length === 0) throw new TypeError('an index needs at least one field');
-    const first = keys[0];
-    if (first !== undefined && !this.equalityIndexes.has(first.field)) {
-      this.equalityIndexes.set(first.field, createEqualityIndex(first.read, this.entries.values()));
+    // A unique index checks every write: it is built at once.
+    if (this.indexing.deferred && options?.unique !== true) {
+      this.pendingIndexes.push(keys);
+      return;
     }
-    if (keys.length >= 2) this.addCompoundIndex(keys);
+    this.buildIndex(keys);
     if (options?.unique === true) {
       const name = keys.map((key) => key.field).join('\u0000');
       if (this.uniqueIndexes.has(name)) return;
       this.uniqueIndexes.set(name, createUniqueIndex(name, keys.map((key) => key.read), this.entries.values()));
     }
+  }
+
+  private buildIndex(keys: readonly ParsedSortKey[]): void {
+    const first = keys[0];
+    if (first !== undefined && !this.equalityIndexes.has(first.field)) {
+      this.equalityIndexes.set(first.field, createEqualityIndex(first.read, this.entries.values()));
+    }
+    if (keys.length >= 2) this.addCompoundIndex(keys);
   }
 
   private addCompoundIndex(keys: readonly ParsedSortKey[]): void {
@@ -315,8 +330,14 @@ class MemoryCollection implements ReadCollection<Stored> {
     for (const index of this.uniqueIndexes.values()) index.owners.clear();
   }
 
-  /** Brings every index up to the documents written while indexing was deferred: each moves once, however often it was written. */
+  /** Brings the indexes up to the documents written while indexing was deferred, and builds those declared meanwhile. */
   catchUpIndexes(): void {
+    this.catchUpEntries();
+    for (const keys of this.pendingIndexes.splice(0)) this.buildIndex(keys);
+  }
+
+  /** The documents written while indexing was deferred, into the indexes built: each moves once, however often it was written. */
+  private catchUpEntries(): void {
     if (this.unindexed.size === 0) return;
     for (const [id, indexed] of this.unindexed) {
       const current = this.entries.get(id)?.doc ?? null;

@@ -9,18 +9,31 @@ import { handleCommand, loadAggregate, type Clock, type CommandContext, type Han
  * Whether a user exists (`live`), was erased (their stream ends with `UserErased`) or never was
  * (`none`: no stream; an id claimed by a sync that was refused). Nothing is appended to a user's
  * stream after `UserErased` (the user decider refuses it; a later sync of their CRM id creates a
- * new user), so `erased` stays true. Only the type of the last event is read: it is not opened,
- * so the answer never depends on the user's data key (a damaged one answers 503 for their own
- * reads only).
+ * new user), so `erased` stays true. Only the type of the last event that is not a fence
+ * (`EmailClaimWithdrawn`) is read: it is not opened, so the answer never depends on the user's
+ * data key (a damaged one answers 503 for their own reads only).
  */
 export async function userStatus(store: EventStore, userId: string): Promise<'live' | 'erased' | 'none'> {
-  for await (const recorded of store.readStream(userStream(userId), { direction: 'backwards', maxCount: 1, sealed: true })) {
+  for await (const recorded of store.readStream(userStream(userId), { direction: 'backwards', sealed: true })) {
+    // A fence (src/commands/users.ts) says nothing of the user: a stream of fences only is nobody's.
+    if (recorded.type === 'EmailClaimWithdrawn') continue;
     return recorded.type === 'UserErased' ? 'erased' : 'live';
   }
   return 'none';
 }
 
 /** Whether a user was erased (userStatus). */
+/**
+ * Whether the user's stream holds an event of the user's own (not a fence) at `revision` or
+ * later: the event a claim made for `revision` was waiting for, or one after it.
+ */
+export async function streamReached(store: EventStore, userId: string, revision: bigint): Promise<boolean> {
+  for await (const recorded of store.readStream(userStream(userId), { fromRevision: revision, sealed: true })) {
+    if (recorded.type !== 'EmailClaimWithdrawn') return true;
+  }
+  return false;
+}
+
 export async function wasErased(store: EventStore, userId: string): Promise<boolean> {
   return (await userStatus(store, userId)) === 'erased';
 }

@@ -9,7 +9,7 @@ import type { Watermark } from '../projections/watermark';
 import { SubjectErasedError } from '../privacy/keyring';
 import { handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand } from './handler';
 import { OneAtATime } from '../infra/one-at-a-time';
-import { claimReservation, liveOwner } from './reservations';
+import { claimReservation, liveOwner, streamReached } from './reservations';
 
 export interface UserCommandDeps {
   readonly eventStore: EventStore;
@@ -187,7 +187,9 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
         const holder = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(held.ownerId));
         const hasIt = holder.state.exists && emailStream(holder.state.email) === stream;
         if (hasIt) return false;
-        if (holder.revision >= BigInt(held.basis)) return true;
+        // Past it by an event of theirs; a fence moves the stream without being that event (the
+        // sync that made the claim, if only late, decides again and claims anew).
+        if (holder.revision >= BigInt(held.basis) && (await streamReached(eventStore, held.ownerId, BigInt(held.basis)))) return true;
         revision = holder.revision;
       } catch {
         // Their data cannot be read (a damaged data key): not judged, the claim stands (409, not somebody else's 503).

@@ -130,6 +130,8 @@ export class HubClient {
   /** The last heartbeat did not reach the service: beat again as soon as the tunnel is back. */
   private heartbeatMissed = false;
   private cancelBeat: (() => void) | null = null;
+  /** Gives up the tunnel connection attempt in flight (`connectTimeoutMs`). */
+  private cancelAttempt: (() => void) | null = null;
   private halted: { reason: StopReason; message: string } | null = null;
   /** The service's clock minus this one, ms, from the `Date` of its answers: token times are the service's. */
   private skewMs = 0;
@@ -228,6 +230,7 @@ export class HubClient {
   private halt(reason: StopReason, message: string): void {
     if (this.halted !== null) return;
     this.halted = { reason, message };
+    this.settleAttempt();
     this.cancelRenew?.();
     for (const cancel of [...this.cancels]) cancel();
     this.cancels.clear();
@@ -414,6 +417,7 @@ export class HubClient {
     this.socket = socket;
 
     socket.on('connect', () => {
+      this.settleAttempt();
       this.attempt = 0;
       this.renewedForHandshake = false;
       this.emit({ type: 'connected' });
@@ -424,8 +428,12 @@ export class HubClient {
         void this.heartbeat();
       }
     });
-    socket.on('connect_error', (error: Error & { data?: unknown }) => void this.onRefused(error));
+    socket.on('connect_error', (error: Error & { data?: unknown }) => {
+      this.settleAttempt();
+      void this.onRefused(error);
+    });
     socket.on('disconnect', (reason: string) => {
+      this.settleAttempt();
       if (this.halted !== null) return;
       this.emit({ type: 'disconnected', reason });
       if (reason === 'io client disconnect') return;
@@ -455,7 +463,31 @@ export class HubClient {
       }
     });
     socket.on('tunnel:message', (message: MessageToDevice) => void this.deliver(message));
+    this.connectAttempt(socket);
+  }
+
+  /**
+   * One connection attempt, given up after `connectTimeoutMs` from its start: Socket.IO's own
+   * `timeout` covers the transport's opening only, and a handshake the service accepted the
+   * connection for but never answered would otherwise wait for ever.
+   */
+  private connectAttempt(socket: HubSocket): void {
+    this.settleAttempt();
+    if (this.halted !== null) return;
+    // Real time, as Socket.IO's own `timeout`: it bounds the network's answer, not the protocol's schedule.
+    this.cancelAttempt = realTimers.after(this.options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS, () => {
+      this.cancelAttempt = null;
+      if (this.halted !== null || this.socket !== socket || socket.connected) return;
+      // Not connected: no `disconnect` follows, and the next attempt opens a new transport.
+      socket.disconnect();
+      this.reconnect('timeout');
+    });
     socket.connect();
+  }
+
+  private settleAttempt(): void {
+    this.cancelAttempt?.();
+    this.cancelAttempt = null;
   }
 
   private async deliver(message: MessageToDevice): Promise<void> {
@@ -475,7 +507,7 @@ export class HubClient {
     this.emit({ type: 'reconnecting', attempt, delayMs: delay, cause });
     const socket = this.socket;
     this.later(delay, () => {
-      if (this.halted === null && this.socket === socket && !socket.connected) socket.connect();
+      if (this.halted === null && this.socket === socket && !socket.connected) this.connectAttempt(socket);
     });
   }
 

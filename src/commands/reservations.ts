@@ -24,12 +24,14 @@ export async function userStatus(store: EventStore, userId: string): Promise<'li
 
 /** Whether a user was erased (userStatus). */
 /**
- * Whether the user's stream holds an event of the user's own (not a fence) at `revision` or
- * later: the event a claim made for `revision` was waiting for, or one after it.
+ * Whether the event a claim made for `revision` of a user's stream was waiting for landed: the
+ * sync that claimed an address appends `UserSynced` first, at that revision. Any other event
+ * there (a password reset asked for, a fence) moved the stream under that sync, which, if it
+ * is only late, fails its expected revision, decides again and claims anew.
  */
-export async function streamReached(store: EventStore, userId: string, revision: bigint): Promise<boolean> {
-  for await (const recorded of store.readStream(userStream(userId), { fromRevision: revision, sealed: true })) {
-    if (recorded.type !== 'EmailClaimWithdrawn') return true;
+export async function claimLanded(store: EventStore, userId: string, revision: bigint): Promise<boolean> {
+  for await (const recorded of store.readStream(userStream(userId), { fromRevision: revision, maxCount: 1, sealed: true })) {
+    return recorded.type === 'UserSynced';
   }
   return false;
 }

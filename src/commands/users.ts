@@ -9,7 +9,7 @@ import type { Watermark } from '../projections/watermark';
 import { SubjectErasedError } from '../privacy/keyring';
 import { handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand } from './handler';
 import { OneAtATime } from '../infra/one-at-a-time';
-import { claimReservation, liveOwner, streamReached } from './reservations';
+import { claimLanded, claimReservation, liveOwner } from './reservations';
 
 export interface UserCommandDeps {
   readonly eventStore: EventStore;
@@ -187,9 +187,10 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
         const holder = await loadAggregate(eventStore, userDecider.evolve, userDecider.initialState, userStream(held.ownerId));
         const hasIt = holder.state.exists && emailStream(holder.state.email) === stream;
         if (hasIt) return false;
-        // Past it by an event of theirs; a fence moves the stream without being that event (the
-        // sync that made the claim, if only late, decides again and claims anew).
-        if (holder.revision >= BigInt(held.basis) && (await streamReached(eventStore, held.ownerId, BigInt(held.basis)))) return true;
+        // Past the event the claim was for, that event being the sync's own: another event there
+        // (a reset asked for, a fence) moved the stream under a sync that, if only late, decides
+        // again and claims anew, so the claim is judged by its time.
+        if (holder.revision >= BigInt(held.basis) && (await claimLanded(eventStore, held.ownerId, BigInt(held.basis)))) return true;
         revision = holder.revision;
       } catch {
         // Their data cannot be read (a damaged data key): not judged, the claim stands (409, not somebody else's 503).

@@ -23,19 +23,6 @@ export async function userStatus(store: EventStore, userId: string): Promise<'li
 }
 
 /** Whether a user was erased (userStatus). */
-/**
- * Whether the event a claim made for `revision` of a user's stream was waiting for landed: the
- * sync that claimed an address appends `UserSynced` first, at that revision. Any other event
- * there (a password reset asked for, a fence) moved the stream under that sync, which, if it
- * is only late, fails its expected revision, decides again and claims anew.
- */
-export async function claimLanded(store: EventStore, userId: string, revision: bigint): Promise<boolean> {
-  for await (const recorded of store.readStream(userStream(userId), { fromRevision: revision, maxCount: 1, sealed: true })) {
-    return recorded.type === 'UserSynced';
-  }
-  return false;
-}
-
 export async function wasErased(store: EventStore, userId: string): Promise<boolean> {
   return (await userStatus(store, userId)) === 'erased';
 }

@@ -9,7 +9,7 @@ import type { Watermark } from '../projections/watermark';
 import { SubjectErasedError } from '../privacy/keyring';
 import { handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand } from './handler';
 import { OneAtATime } from '../infra/one-at-a-time';
-import { claimLanded, claimReservation, liveOwner } from './reservations';
+import { claimReservation, liveOwner } from './reservations';
 
 export interface UserCommandDeps {
   readonly eventStore: EventStore;
@@ -188,9 +188,9 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
         const hasIt = holder.state.exists && emailStream(holder.state.email) === stream;
         if (hasIt) return false;
         // Past the event the claim was for, that event being the sync's own: another event there
-        // (a reset asked for, a fence) moved the stream under a sync that, if only late, decides
-        // again and claims anew, so the claim is judged by its time.
-        if (holder.revision >= BigInt(held.basis) && (await claimLanded(eventStore, held.ownerId, BigInt(held.basis)))) return true;
+        // (another sync, a reset asked for, a fence) moved the stream under a sync that, if only
+        // late, decides again and claims anew, so the claim is judged by its time.
+        if (holder.revision >= BigInt(held.basis) && (await claimLanded(held.ownerId, BigInt(held.basis), stream))) return true;
         revision = holder.revision;
       } catch {
         // Their data cannot be read (a damaged data key): not judged, the claim stands (409, not somebody else's 503).
@@ -202,6 +202,19 @@ export function createUserCommands(deps: UserCommandDeps): UserCommands {
       if (!(clock.now().getTime() - claimedAt > CLAIM_ABANDONED_AFTER_MS)) return false;
       return fence(held.ownerId, revision, takenBy, ctx);
     };
+
+  /**
+   * Whether the event a claim on the address of `stream`, made for `revision` of the user's
+   * stream, was waiting for landed: the sync that claimed appends `UserSynced` with that address
+   * first, at that revision.
+   */
+  const claimLanded = async (userId: string, revision: bigint, stream: string): Promise<boolean> => {
+    for await (const recorded of eventStore.readStream(userStream(userId), { fromRevision: revision, maxCount: 1 })) {
+      const email = (recorded.data as { readonly email?: unknown } | null)?.email;
+      return recorded.type === 'UserSynced' && typeof email === 'string' && emailStream(email) === stream;
+    }
+    return false;
+  };
 
   /** Appends `EmailClaimWithdrawn` to the user's stream at `revision`: false when the stream moved since. */
   const fence = async (userId: string, revision: bigint, takenBy: string, ctx: CommandContext): Promise<boolean> => {

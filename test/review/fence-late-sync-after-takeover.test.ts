@@ -1,6 +1,6 @@
 import { CLAIM_ABANDONED_AFTER_MS } from '../../src/commands/users';
 import { allEvents } from '../support/accounts';
-import { serviceForDescribe, shiftedClock, startTestService, type TestService, syncCustomer } from '../support/harness';
+import { serviceForDescribe, shiftedClock, syncCustomer } from '../support/harness';
 import { holdNextUserAppend } from '../support/user-appends';
 
 /**
@@ -77,37 +77,4 @@ describe('sync-customer: a late sync after its claim was taken over (embedded)',
   }, 60_000);
 });
 
-describe('sync-customer: a late sync in one API process, the takeover in another (distributed)', () => {
-  let a: TestService;
-  let b: TestService;
-  // Both processes read this clock: moved forward, it is the other process's clock running ahead.
-  const clock = shiftedClock();
-  beforeAll(async () => {
-    a = await startTestService('distributed', {}, { clock });
-    b = await a.startAnother();
-  }, 90_000);
-  afterAll(async () => {
-    await b?.stop();
-    await a?.stop();
-  });
-
-  it('the late append in process A fails its fence and decides again: 409, one address, one user', async () => {
-    const id = 660_000 + Math.floor(Math.random() * 50_000) * 4;
-    const [addrA, addrB] = [`a-${id}@example.com`, `b-${id}@example.com`];
-    expect((await syncCustomer(a, id, addrA)).status).toBe(201);
-    const held = holdNextUserAppend(a.eventStore);
-    try {
-      const move = syncCustomer(a, id, addrB);
-      await held.atAppend;
-      clock.advance(CLAIM_ABANDONED_AFTER_MS + 1_000);
-      expect((await syncCustomer(b, id + 1, addrB)).status).toBe(201);
-      held.release();
-      expect((await move).status).toBe(409);
-    } finally {
-      held.restore();
-    }
-    const late = await syncCustomer(b, id, addrA);
-    expect({ status: late.status, email: (late.body as { user?: { email?: string } }).user?.email }).toEqual({ status: 200, email: addrA });
-    expect((await syncCustomer(a, id + 2, addrB)).status).toBe(409);
-  }, 60_000);
-});
+// Across two processes (the late sync on one, the takeover on the other): test/review/attack-fence-distributed.test.ts.

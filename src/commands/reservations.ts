@@ -14,10 +14,18 @@ import { handleCommand, loadAggregate, type Clock, type CommandContext, type Han
  * data key (a damaged one answers 503 for their own reads only).
  */
 export async function userStatus(store: EventStore, userId: string): Promise<'live' | 'erased' | 'none'> {
-  for await (const recorded of store.readStream(userStream(userId), { direction: 'backwards', sealed: true })) {
-    // A fence (src/commands/users.ts) says nothing of the user: a stream of fences only is nobody's.
-    if (recorded.type === 'EmailClaimWithdrawn') continue;
-    return recorded.type === 'UserErased' ? 'erased' : 'live';
+  // The last event; only when it is a fence, the ones before it (fences are rare).
+  let fenced = false;
+  for (const maxCount of [1, undefined]) {
+    for await (const recorded of store.readStream(userStream(userId), { direction: 'backwards', sealed: true, ...(maxCount !== undefined ? { maxCount } : {}) })) {
+      // A fence (src/commands/users.ts) says nothing of the user: a stream of fences only is nobody's.
+      if (recorded.type === 'EmailClaimWithdrawn') {
+        fenced = true;
+        continue;
+      }
+      return recorded.type === 'UserErased' ? 'erased' : 'live';
+    }
+    if (!fenced) break;
   }
   return 'none';
 }

@@ -1,11 +1,11 @@
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { HubClient, type HubEvent } from '@home-hub-cloud/hub-client';
 import { createUser, startTestService, type TestService } from '../support/harness';
 import { deviceToken, registerHub } from '../support/tunnel';
 import { eventually } from '../support/client-timers';
+import { runUntilExit } from '../support/stopped-child';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
 
 /**
@@ -14,7 +14,6 @@ import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy';
  * timeout: reconnect after a random wait in [0, min(10 s, 1 s × 2^attempt))"; `stop()` "Stops
  * everything: timers, heartbeats, the tunnel").
  */
-const ROOT = resolve(__dirname, '../..');
 const dir = mkdtempSync(join(tmpdir(), 'hhc-attack-hub-'));
 let service: TestService;
 let proxy: TcpProxy;
@@ -60,30 +59,11 @@ function hubVia(baseUrl: string, uuid: string, token: string, extra: Partial<Con
 test('a hub stopped while its tunnel attempt hangs: its process exits at once, not when the 30 s attempt would time out', async () => {
   const { uuid, token } = await household();
   proxy.blackhole();
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/review/fixtures/attack-hub-stop-pending.ts'], {
-    cwd: ROOT,
-    env: { ...process.env, URL: service.baseUrl, PROXY_URL: proxy.baseUrl, UUID: uuid, TOKEN: token, STOP_AFTER_MS: '1500' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-  child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-  const exitedAt = await new Promise<number | 'still running'>((done) => {
-    const guard = setTimeout(() => {
-      child.kill('SIGKILL');
-      done('still running');
-    }, 40_000);
-    child.on('exit', () => {
-      clearTimeout(guard);
-      done(Date.now());
-    });
-  });
-  const stoppedAt = Number(/stopped at=(\d+)/.exec(stdout)?.[1] ?? NaN);
-  expect(stderr).toBe('');
-  expect(stdout).toContain('connected=false');
-  expect(stdout).not.toMatch(/events=.*connected(,|\n)/);
-  expect(typeof exitedAt === 'number' ? exitedAt - stoppedAt : exitedAt).toBeLessThan(5_000);
+  const run = await runUntilExit('test/review/fixtures/attack-hub-stop-pending.ts', { URL: service.baseUrl, PROXY_URL: proxy.baseUrl, UUID: uuid, TOKEN: token, STOP_AFTER_MS: '1500' }, 40_000);
+  expect(run.stderr).toBe('');
+  expect(run.stdout).toContain('connected=false');
+  expect(run.stdout).not.toMatch(/events=.*connected(,|\n)/);
+  expect(run.exitAfterStopMs).toBeLessThan(5_000);
 }, 60_000);
 
 test('a hub stopped while its attempt hangs, the path then healed: it never connects, and no reconnect is scheduled', async () => {

@@ -1,11 +1,10 @@
-import { spawn } from 'node:child_process';
 import { createServer, type Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import { resolve } from 'node:path';
 import { Server, type Socket } from 'socket.io';
 import { HubClient, type HubEvent } from '@home-hub-cloud/hub-client';
 import { eventually } from '../support/client-timers';
+import { runUntilExit } from '../support/stopped-child';
 
 /**
  * Outside attack (round 2) on the hub client's attempt timer (clients/hub/src/index.ts
@@ -18,7 +17,6 @@ import { eventually } from '../support/client-timers';
  * A socket.io server stands in for the service; each handshake on /tunnel is given to the
  * behaviour the test set. HTTP: heartbeats 200, renewals answered by `renewal` below.
  */
-const ROOT = resolve(__dirname, '../..');
 type Next = (err?: Error) => void;
 let http: HttpServer;
 let io: Server;
@@ -159,27 +157,7 @@ test('unauthorized, renewed, then the handshake with the new token never answere
 
 async function runStopRace(mode: 'same' | 'listener'): Promise<{ stdout: string; stderr: string; exitAfterStopMs: number | 'still running' }> {
   behaviour = () => undefined; // never answered
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/review/fixtures/attack2-hub-stop-race.ts'], {
-    cwd: ROOT,
-    env: { ...process.env, BASE_URL: baseUrl, UUID: randomUUID(), CONNECT_TIMEOUT_MS: '1000', MODE: mode },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-  child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-  const exitedAt = await new Promise<number | 'still running'>((done) => {
-    const guard = setTimeout(() => {
-      child.kill('SIGKILL');
-      done('still running');
-    }, 20_000);
-    child.on('exit', () => {
-      clearTimeout(guard);
-      done(Date.now());
-    });
-  });
-  const stoppedAt = Number(/stopped at=(\d+)/.exec(stdout)?.[1] ?? NaN);
-  return { stdout, stderr, exitAfterStopMs: typeof exitedAt === 'number' ? exitedAt - stoppedAt : exitedAt };
+  return runUntilExit('test/review/fixtures/attack2-hub-stop-race.ts', { BASE_URL: baseUrl, UUID: randomUUID(), CONNECT_TIMEOUT_MS: '1000', MODE: mode }, 20_000);
 }
 
 test('stop() at the moment the attempt timer fires: the process exits by itself, never connected', async () => {

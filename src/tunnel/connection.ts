@@ -9,6 +9,9 @@ import { TunnelFailure, TUNNEL_MESSAGES } from './errors';
 import { UNAUTHORIZED, type SubscribeAck, type TunnelError } from './events';
 import type { ExpirySweep } from './expiry';
 import { rawConnection, type EventRunner } from './limits';
+import { WebSocketConnection } from './engine';
+import { compactListeners } from './websocket';
+import type { Socket as NetSocket } from 'node:net';
 import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 
 /**
@@ -25,22 +28,33 @@ export function handshakeError(message: string, detail: string): Error & { data:
 const who = (session: Session): Record<string, string> =>
   session.kind === 'app' ? { kind: 'app', userId: session.userId } : { kind: 'device', deviceUuid: session.uuid };
 
-const NOTHING: Readonly<Record<string, never>> = Object.freeze({});
-
 /**
- * What the handshake needed and a connected socket does not: the upgrade request (its
- * headers, raw headers, query and URL; engine.io and `socket.request` keep it for the life of
- * the socket) and the handshake's copies (its `auth` holds the token). What the tunnel needs
- * later was taken already: the session's `raw` TCP connection and its token's expiry.
+ * What a connected socket keeps of its handshake: nothing, one object for all. The handshake
+ * (its headers, query and URL; its `auth` holds the token) was needed until the connection
+ * was accepted; what the tunnel needs later was taken already: the session's `raw` TCP
+ * connection and its token's expiry.
  */
+const FORGOTTEN_HANDSHAKE = Object.freeze({ headers: Object.freeze({}), time: '', address: '', xdomain: false, secure: false, issued: 0, url: '', query: Object.freeze({}), auth: Object.freeze({}) });
+
+/** The upgrade request (engine.io and `socket.request` kept it for the life of the socket) and the handshake's copies are let go. */
 function forgetHandshake(socket: TunnelSocket): void {
   (socket.conn as unknown as { request: unknown }).request = null;
-  const handshake = socket.handshake as { -readonly [K in keyof TunnelSocket['handshake']]: TunnelSocket['handshake'][K] };
-  handshake.headers = NOTHING;
-  handshake.query = NOTHING;
-  handshake.auth = NOTHING;
-  handshake.url = '';
-  handshake.time = '';
+  (socket as { handshake: unknown }).handshake = FORGOTTEN_HANDSHAKE;
+}
+
+/** The listener tables of a connected socket's emitters, compacted once their listeners are in place (src/tunnel/websocket.ts). */
+function compactConnection(socket: TunnelSocket, raw: NetSocket | null | undefined): void {
+  compactListeners(socket);
+  compactListeners(raw);
+  const connection = socket.conn as unknown;
+  if (connection instanceof WebSocketConnection) {
+    compactListeners(connection.websocket);
+    compactListeners((connection.websocket as unknown as { _receiver?: unknown })._receiver);
+  }
+  // Socket.IO's decoder keeps its one listener in an array with room for sixteen more.
+  const decoder = (socket.client as unknown as { decoder?: { _callbacks?: Record<string, unknown> } }).decoder;
+  const callbacks = decoder?._callbacks;
+  if (callbacks !== undefined) for (const [event, list] of Object.entries(callbacks)) if (Array.isArray(list)) callbacks[event] = list.slice();
 }
 
 export interface ConnectionDeps {
@@ -192,6 +206,7 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
       socket.on('tunnel:subscribe', onAppSubscribe);
       socket.on('tunnel:unsubscribe', onAppUnsubscribe);
       socket.on('tunnel:message', onAppMessage);
+      compactConnection(socket, session.raw);
       return;
     }
     devices.accepted(session);
@@ -199,6 +214,10 @@ export function acceptConnections(ctx: TunnelContext, deps: ConnectionDeps): voi
     socket.on('tunnel:unsubscribe', onDeviceUnsubscribe);
     socket.on('tunnel:message', onDeviceMessage);
     // Replaced or revoked between the claim and this moment: it is over already.
-    if (session.ended) socket.disconnect(true);
+    if (session.ended) {
+      socket.disconnect(true);
+      return;
+    }
+    compactConnection(socket, session.raw);
   });
 }

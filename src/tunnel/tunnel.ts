@@ -1,5 +1,5 @@
 import type { IncomingMessage, Server as HttpServer } from 'node:http';
-import { Server } from 'socket.io';
+import { Server, type ServerOptions } from 'socket.io';
 import { appOriginOf } from '../api/middleware';
 import type { AccessRevocations } from '../auth/access-revocations';
 import type { Tokens } from '../auth/tokens';
@@ -24,7 +24,8 @@ import { unlimited, type TunnelLimiter } from './limiter';
 import { peerAddress, unlimitedHandshakes, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 import { startExpirySweep } from './expiry';
 import { startLiveFeed } from './live-feed';
-import { dropUpgradeListener, releaseUpgradeResponse, TunnelWebSocketServer } from './websocket';
+import { releaseUpgradeResponse, TunnelWebSocketServer } from './websocket';
+import { TunnelEngine } from './engine';
 
 /**
  * The tunnel (decisions §5): Socket.IO namespace `/tunnel` on the API's HTTP server. This
@@ -99,6 +100,8 @@ export interface Tunnel {
 export const DEFAULT_REDIS_ADAPTER: RedisAdapterKind = 'sharded';
 
 const REFRESH_CLAIMS_MS = 30_000;
+/** Socket.IO's default path, where clients look for it. */
+const SOCKET_IO_PATH = '/socket.io';
 
 export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Promise<Tunnel> {
   const options: TunnelOptions = { ...DEFAULT_TUNNEL_OPTIONS, ...deps.options };
@@ -113,7 +116,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   let closing = false;
   const background = new Set<Promise<unknown>>();
   const origin = appOriginOf(deps.appOrigin);
-  const io: TunnelServer = new Server(httpServer, {
+  const serverOptions: Partial<ServerOptions> = {
+    path: SOCKET_IO_PATH,
     serveClient: false,
     maxHttpBufferSize: options.maxFrameBytes,
     connectTimeout: 10_000,
@@ -126,7 +130,13 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     allowRequest: (_req, callback) => callback(closing ? 'shutting down' : null, !closing),
     ...(cluster.adapter !== undefined ? { adapter: cluster.adapter } : {}),
     ...(origin !== undefined ? { cors: { origin, credentials: true } } : {}),
-  });
+  };
+  const io: TunnelServer = new Server(serverOptions);
+  // The engine under Socket.IO: engine.io's, with a lean connection of its own for every
+  // connection that comes straight over WebSocket (src/tunnel/engine.ts).
+  const engine = new TunnelEngine(serverOptions);
+  engine.attach(httpServer, serverOptions);
+  io.bind(engine);
   // engine.io hands the middlewares a stand-in response for a WebSocket upgrade, which keeps the
   // upgrade request for as long as the TCP connection lives. Last of the middlewares: once they
   // ran, the stand-in, and the request it holds, are let go (src/tunnel/websocket.ts).
@@ -134,7 +144,6 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     releaseUpgradeResponse(res);
     next();
   });
-  io.engine.on('connection', dropUpgradeListener);
   // Nothing lives in the main namespace.
   io.of('/').use((_socket, next) => next(handshakeError(UNAUTHORIZED, 'Connect to the /tunnel namespace')));
   const nsp: TunnelNamespace = io.of(TUNNEL_NAMESPACE);

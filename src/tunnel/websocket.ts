@@ -1,6 +1,7 @@
 import { ServerResponse } from 'node:http';
 import { Socket as NetSocket } from 'node:net';
 import { WebSocket, WebSocketServer, type ServerOptions } from 'ws';
+import type { WebSocketConnection } from './engine';
 
 /**
  * The WebSocket engine of the tunnel (engine.io's `wsEngine`): `ws` as it is, except for what
@@ -15,6 +16,7 @@ import { WebSocket, WebSocketServer, type ServerOptions } from 'ws';
 /** The parts of `ws`'s Receiver (exported, not typed) this file touches. */
 interface ReceiverInternals {
   _mask: Buffer | undefined;
+  _buffers: Buffer[];
   _bufferedBytes: number;
   _payloadLength: number;
   getData(cb: (error?: Error) => void): void;
@@ -30,6 +32,8 @@ class MaskReleasingReceiver extends Receiver {
     const whole = this._bufferedBytes >= this._payloadLength;
     super.getData(cb);
     if (whole) this._mask = undefined;
+    // Read to its end: a new empty list, not the old one with room for the chunks it once held.
+    if (this._bufferedBytes === 0 && this._buffers.length === 0) this._buffers = [];
   }
 }
 
@@ -38,6 +42,9 @@ const WebSocketWithSocket = WebSocket as unknown as new (...args: ConstructorPar
 
 /** The WebSocket of a tunnel connection: its receiver lets each frame's mask go. */
 export class TunnelWebSocket extends WebSocketWithSocket {
+  /** The tunnel's connection over this socket (src/tunnel/engine.ts), once its handshake opened one. */
+  connection: WebSocketConnection | undefined = undefined;
+
   override setSocket(...args: unknown[]): void {
     super.setSocket(...args);
     const receiver = (this as unknown as { _receiver?: ReceiverInternals })._receiver;
@@ -51,28 +58,6 @@ export class TunnelWebSocketServer extends WebSocketServer {
   constructor(options?: ServerOptions, callback?: () => void) {
     super({ ...options, WebSocket: TunnelWebSocket as unknown as typeof WebSocket }, callback);
   }
-}
-
-/** The listeners of an emitter (engine.io's transport and `ws`'s WebSocket both are). */
-interface Listening {
-  listeners(event: string): Array<(...args: unknown[]) => void>;
-  removeListener(event: string, listener: (...args: unknown[]) => void): unknown;
-}
-
-/**
- * engine.io leaves an `error` listener of its own (`onUpgradeError`, a closure per connection)
- * on every WebSocket that came straight over WebSocket, for the time before the transport
- * listens; the transport listens from its creation on. Called once the connection has its
- * transport (engine.io's `connection`): the listener and what it holds are let go.
- */
-export function dropUpgradeListener(engineSocket: { transport?: unknown }): void {
-  const websocket = (engineSocket.transport as { socket?: unknown } | undefined)?.socket;
-  if (!(websocket instanceof TunnelWebSocket)) return;
-  const listening = websocket as unknown as Listening;
-  const listeners = listening.listeners('error');
-  // Only while the transport's own listener is there too: an error is never left unheard.
-  if (listeners.length < 2) return;
-  for (const listener of listeners) if (listener.name === 'onUpgradeError') listening.removeListener('error', listener);
 }
 
 /**
@@ -107,3 +92,25 @@ export function releaseUpgradeResponse(res: unknown): void {
   }
 }
 
+
+/** The prototype of compacted listener tables: it has no keys, so none is inherited. */
+const NO_LISTENERS: object = Object.freeze(Object.create(null) as object);
+
+/**
+ * Node's event emitters keep their listeners in an object without a prototype, which V8 keeps
+ * as a dictionary: a few hundred bytes for a handful of events. Every idle tunnel connection
+ * has four such emitters (the TCP socket, `ws`'s WebSocket and its Receiver, Socket.IO's
+ * socket) whose listeners no longer change: called once they are in place, each table is
+ * copied into an object of ordinary (fast) properties whose prototype has no keys, which
+ * answers every lookup, addition and removal the same. A table changed later goes on working,
+ * merely as a dictionary again.
+ */
+export function compactListeners(emitter: unknown): void {
+  if (typeof emitter !== 'object' || emitter === null) return;
+  const holder = emitter as { _events?: unknown };
+  const table = holder._events;
+  if (typeof table !== 'object' || table === null || Object.getPrototypeOf(table) !== null) return;
+  const compact = Object.create(NO_LISTENERS) as Record<string | symbol, unknown>;
+  for (const key of Reflect.ownKeys(table)) compact[key] = (table as Record<string | symbol, unknown>)[key];
+  holder._events = compact;
+}

@@ -7,6 +7,7 @@ import { CorruptEventLogError } from './errors';
 import type { LogIndex, StreamIndex } from './log-index';
 import type { RawRecord } from './record-format';
 import { readRecordAt, type ReadAt } from './record-cursor';
+import { ownBytes } from './own-bytes';
 import type { RecentCommits } from './recent-commits';
 import { segmentIndexAt, type Segment } from './segment';
 import { toRecordedEvent } from './recorded-event';
@@ -152,7 +153,7 @@ export class LogReader {
     if (previous !== undefined) this.drop(position, previous);
     if (record.body.length > READ_RECORDS_BYTES) return record;
     // Its own bytes: the read's buffer (a few KiB around it) is not held on to.
-    const copy: RawRecord = { ...record, body: Buffer.from(record.body) };
+    const copy: RawRecord = { ...record, body: ownBytes(record.body) };
     this.kept.set(position, { segment, record: copy });
     this.keptBytes += record.body.length;
     while (this.kept.size > READ_RECORDS_KEPT || this.keptBytes > READ_RECORDS_BYTES) {

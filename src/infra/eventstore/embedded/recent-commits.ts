@@ -12,6 +12,7 @@
  * check and decode every committed record again. A decoded record is a view of bytes that
  * never change, so sharing it is safe.
  */
+import { ownBytes } from './own-bytes';
 import { decodeRecord, type RawRecord } from './record-format';
 
 const RECENT_COMMITS_BYTES = 4 * 1024 * 1024;
@@ -28,7 +29,8 @@ export class RecentCommits {
   private decoded = new Map<number, RawRecord>();
   private newestDecoded = -1;
 
-  remember(start: number, bytes: Buffer): void {
+  remember(start: number, written: Buffer): void {
+    const bytes = ownBytes(written);
     this.commits.push({ start, bytes });
     this.bytes += bytes.length;
     while (this.bytes > RECENT_COMMITS_BYTES && this.commits.length > 1) {

@@ -1,0 +1,372 @@
+import type { IncomingMessage } from 'node:http';
+import { Server as EngineServer, type ErrorCallback, type ServerOptions, type Socket as EngineSocket } from 'engine.io';
+import { WebSocket } from 'ws';
+import { TunnelWebSocket } from './websocket';
+
+/**
+ * The tunnel's engine.io server: engine.io as it is, except for connections that come straight
+ * over WebSocket (every hub and app the contract knows: "Connect … with the WebSocket
+ * transport"), which get a `WebSocketConnection` instead of engine.io's `Socket` and transport.
+ *
+ * Why: an idle hub is mostly its connection's objects. engine.io gives each connection a
+ * `Socket` (six arrays, two timers, five listeners on its transport and a cleanup closure)
+ * and a `WebSocket` transport (an event emitter with a listener table of its own, four send
+ * callbacks and three listeners on `ws`'s socket): about 4 KB of heap per connection, for a
+ * protocol that over WebSocket is one character in front of each message. This connection
+ * speaks the same engine.io protocol (version 4) over the same `ws` socket in a few hundred
+ * bytes, and one sweep a second pings every connection instead of a timer per connection
+ * (bench/README.md, "A connection of its own for WebSocket").
+ *
+ * What Socket.IO asks of an engine.io socket, it has: `id`, `request`, `remoteAddress`,
+ * `protocol`, `readyState`, `transport.name` and `.writable`, `write`, `close`, and the
+ * events `data` and `close` (with engine.io's reasons: `transport close`, `transport error`,
+ * `ping timeout`, `parse error`, `forced close`). Connections that start with HTTP long
+ * polling (a browser app may) and those of protocol 3 stay engine.io's own.
+ */
+
+/** engine.io's packet types, as the first character of a text frame. */
+const OPEN = '0';
+const PING = '2';
+const PONG = '3';
+const MESSAGE = '4';
+const BASE64 = 'b';
+/** Types a client may send (close, upgrade and noop are ignored over WebSocket, as engine.io does). */
+const KNOWN_TYPES = '0123456b';
+
+export type CloseReason = 'transport close' | 'transport error' | 'ping timeout' | 'parse error' | 'forced close';
+
+type Listener = (...args: never[]) => void;
+type Frame = string | Buffer;
+
+/** A request engine.io has upgraded: `ws`'s socket and the parsed query are on it. */
+interface UpgradedRequest extends IncomingMessage {
+  websocket?: unknown;
+  _query?: Record<string, string | undefined>;
+}
+
+/**
+ * One connection over WebSocket. Its listeners are kept in one flat array (`[event, listener,
+ * once, event, listener, once, …]`): Socket.IO puts three on it and the tunnel one, and an
+ * `EventEmitter`'s table of them is a dictionary of half a kilobyte (with a closure for each
+ * `once`).
+ */
+export class WebSocketConnection {
+  readyState: 'open' | 'closing' | 'closed' = 'open';
+  /** False while a batch of frames is being written: later ones wait in `writeBuffer`. */
+  writable = true;
+  /** Frames not written yet (the tunnel's slow-consumer sweep counts them, as it does engine.io's). */
+  writeBuffer: Frame[] = [];
+  /** Let go once the handshake is done with it (src/tunnel/connection.ts). */
+  request: IncomingMessage | null;
+  readonly remoteAddress: string | undefined;
+  /** The engine's tick at which this connection is next pinged, or, while a ping waits for its pong, closed. */
+  due: number;
+  private awaitingPong = false;
+  /** A ping's wait was extended by a packet other than the pong already (engine.io extends it once). */
+  private extended = false;
+  private listeners: Array<string | Listener | boolean> = [];
+  private callbacks: Array<() => void> | null = null;
+
+  constructor(
+    readonly id: string,
+    private readonly engine: TunnelEngine,
+    readonly websocket: TunnelWebSocket,
+    request: IncomingMessage,
+  ) {
+    this.request = request;
+    this.remoteAddress = request.socket.remoteAddress;
+    this.due = engine.pingDue();
+    websocket.connection = this;
+    // engine.io's own `error` listener for the time before a transport listens: this connection listens now.
+    for (const listener of websocket.listeners('error')) {
+      if (listener.name === 'onUpgradeError') websocket.removeListener('error', listener as (...args: unknown[]) => void);
+    }
+    websocket.on('message', onMessage);
+    websocket.on('close', onClose);
+    websocket.on('error', onError);
+    const { pingInterval, pingTimeout, maxHttpBufferSize } = engine.opts;
+    this.send(OPEN + JSON.stringify({ sid: id, upgrades: [], pingInterval, pingTimeout, maxPayload: maxHttpBufferSize }));
+  }
+
+  /** Engine.io protocol 4 (Socket.IO v3 and later). */
+  get protocol(): 4 {
+    return 4;
+  }
+
+  /** Socket.IO reads the transport's name and whether it can write now: this connection is both. */
+  get transport(): this {
+    return this;
+  }
+
+  get name(): 'websocket' {
+    return 'websocket';
+  }
+
+  /** Never upgraded, never upgrading: an upgrade request naming this connection is closed (engine.io's rule). */
+  get upgrading(): false {
+    return false;
+  }
+
+  get upgraded(): true {
+    return true;
+  }
+
+  /** A Socket.IO packet, encoded (engine.io's `write`). */
+  write(data: Frame, _options?: unknown, callback?: () => void): this {
+    if (this.readyState !== 'open') return this;
+    if (callback !== undefined) (this.callbacks ??= []).push(callback);
+    this.send(typeof data === 'string' ? MESSAGE + data : data);
+    return this;
+  }
+
+  send(frame: Frame): void {
+    this.writeBuffer.push(frame);
+    this.flush();
+  }
+
+  /**
+   * Closes the connection once what it was asked to write is written; `discard`: at once.
+   * Socket.IO then hears `close` with `forced close`.
+   */
+  close(discard = false): this {
+    if (this.readyState === 'closed' || (this.readyState === 'closing' && !discard)) return this;
+    this.readyState = 'closing';
+    if (discard) this.writeBuffer = [];
+    this.flush();
+    if (this.writable) this.closeTransport();
+    return this;
+  }
+
+  /** A frame from the client (`ws` joins fragments; text frames come as text). */
+  receive(frame: Frame): void {
+    if (this.readyState !== 'open') return;
+    if (typeof frame !== 'string') {
+      this.extendPingWait();
+      this.emit('data', frame);
+      return;
+    }
+    const type = frame.charAt(0);
+    if (type !== PONG) this.extendPingWait();
+    if (type === '' || !KNOWN_TYPES.includes(type)) {
+      this.onClose('parse error');
+      return;
+    }
+    switch (type) {
+      case PONG:
+        this.awaitingPong = false;
+        this.due = this.engine.pingDue();
+        return;
+      case PING:
+        // Over protocol 4 the server pings, never the client.
+        this.onClose('transport error', new Error('invalid heartbeat direction'));
+        return;
+      case MESSAGE:
+        this.emit('data', frame.slice(1));
+        return;
+      case BASE64:
+        this.emit('data', Buffer.from(frame.slice(1), 'base64'));
+        return;
+      default:
+        return;
+    }
+  }
+
+  /** The engine's sweep reached `due`: ping now, or close when the last ping had no pong in time. */
+  onDue(): void {
+    if (this.awaitingPong) {
+      this.onClose('ping timeout');
+      return;
+    }
+    this.awaitingPong = true;
+    this.extended = false;
+    this.due = this.engine.pongDue();
+    this.send(PING);
+  }
+
+  onClose(reason: CloseReason, description?: Error): void {
+    if (this.readyState === 'closed') return;
+    this.readyState = 'closed';
+    this.engine.forget(this);
+    this.writeBuffer = [];
+    this.callbacks = null;
+    // `ws` sends its closing frame (nothing when closed already); its listeners stay, so an error is never unheard.
+    this.websocket.close();
+    this.emit('close', reason, description);
+  }
+
+  on(event: string, listener: Listener): this {
+    return this.listen(event, listener, false);
+  }
+
+  once(event: string, listener: Listener): this {
+    return this.listen(event, listener, true);
+  }
+
+  removeListener(event: string, listener: Listener): this {
+    const list = this.listeners;
+    for (let i = 0; i < list.length; i += 3) {
+      if (list[i] === event && list[i + 1] === listener) {
+        this.listeners = list.slice(0, i).concat(list.slice(i + 3));
+        break;
+      }
+    }
+    return this;
+  }
+
+  off(event: string, listener: Listener): this {
+    return this.removeListener(event, listener);
+  }
+
+  emit(event: string, ...args: unknown[]): boolean {
+    const list = this.listeners;
+    const called: Listener[] = [];
+    let onceCalled = false;
+    for (let i = 0; i < list.length; i += 3) {
+      if (list[i] !== event) continue;
+      called.push(list[i + 1] as Listener);
+      if (list[i + 2] === true) onceCalled = true;
+    }
+    // A `once` listener is gone before it is called (as with an EventEmitter).
+    if (onceCalled) this.listeners = list.filter((_, k) => !(list[k - (k % 3)] === event && list[k - (k % 3) + 2] === true));
+    for (const listener of called) (listener as (...args: unknown[]) => void)(...args);
+    return called.length > 0;
+  }
+
+  listenerCount(event: string): number {
+    let count = 0;
+    for (let i = 0; i < this.listeners.length; i += 3) if (this.listeners[i] === event) count++;
+    return count;
+  }
+
+  private listen(event: string, listener: Listener, once: boolean): this {
+    // A new array the size of its contents (a push would leave room for sixteen more).
+    this.listeners = this.listeners.concat(event, listener, once);
+    return this;
+  }
+
+  /** engine.io gives a ping's wait more time once when anything but the pong arrives meanwhile. */
+  private extendPingWait(): void {
+    if (!this.awaitingPong || this.extended) return;
+    this.extended = true;
+    this.due = this.engine.pongDue();
+  }
+
+  /** Writes what waits, one batch at a time: the next batch once `ws` has written the last one. */
+  private flush(): void {
+    if (this.readyState === 'closed' || !this.writable || this.writeBuffer.length === 0) return;
+    const frames = this.writeBuffer;
+    const callbacks = this.callbacks;
+    this.writeBuffer = [];
+    this.callbacks = null;
+    this.writable = false;
+    const last = frames.length - 1;
+    for (let i = 0; i < last; i++) this.websocket.send(frames[i] as Frame);
+    this.websocket.send(frames[last] as Frame, (error) => this.written(error, callbacks));
+  }
+
+  private written(error: Error | undefined, callbacks: Array<() => void> | null): void {
+    if (error !== undefined && error !== null) {
+      this.onClose('transport error', error);
+      return;
+    }
+    this.writable = true;
+    if (callbacks !== null) for (const callback of callbacks) callback();
+    this.flush();
+    if (this.readyState === 'closing' && this.writable) this.closeTransport();
+  }
+
+  private closeTransport(): void {
+    this.websocket.close();
+    this.onClose('forced close');
+  }
+}
+
+// `ws`'s listeners, one of each for every connection: `this` is the WebSocket, which knows its connection.
+const connectionOf = (websocket: WebSocket): WebSocketConnection | undefined => (websocket as TunnelWebSocket).connection;
+
+function onMessage(this: WebSocket, data: Buffer, isBinary: boolean): void {
+  connectionOf(this)?.receive(isBinary ? data : data.toString());
+}
+
+function onClose(this: WebSocket): void {
+  connectionOf(this)?.onClose('transport close');
+}
+
+function onError(this: WebSocket, error: Error): void {
+  connectionOf(this)?.onClose('transport error', error);
+}
+
+/** A tick of the ping sweep is a second, or a quarter of the shorter ping wait when that is less. */
+function tickMsFor(options: ServerOptions): number {
+  const shorter = Math.min(options.pingInterval ?? 25_000, options.pingTimeout ?? 20_000);
+  return Math.max(10, Math.min(1000, Math.floor(shorter / 4)));
+}
+
+/**
+ * engine.io's server, giving connections that come straight over WebSocket (protocol 4) a
+ * `WebSocketConnection`; everything else (HTTP long polling, its upgrade, protocol 3,
+ * middlewares, CORS, the upgrade itself) is engine.io's own.
+ */
+export class TunnelEngine extends EngineServer {
+  declare opts: ServerOptions & Required<Pick<ServerOptions, 'pingInterval' | 'pingTimeout' | 'maxHttpBufferSize'>>;
+  private readonly connections = new Set<WebSocketConnection>();
+  /** Ticks since the engine started; a connection's `due` is one of them (a small integer, kept unboxed). */
+  private tick = 0;
+  private sweep: NodeJS.Timeout | undefined;
+  private readonly tickMs: number;
+
+  constructor(options: ServerOptions) {
+    super(options);
+    this.tickMs = tickMsFor(this.opts);
+  }
+
+  /** The tick a connection just heard from (or just opened) is pinged at: `pingInterval` on. */
+  pingDue(): number {
+    return this.tick + Math.ceil(this.opts.pingInterval / this.tickMs);
+  }
+
+  /** The tick a ping sent now must have its pong by: `pingTimeout` on, never less (a tick more). */
+  pongDue(): number {
+    return this.tick + Math.ceil(this.opts.pingTimeout / this.tickMs) + 1;
+  }
+
+  forget(connection: WebSocketConnection): void {
+    if (!this.connections.delete(connection)) return;
+    delete this.clients[connection.id];
+    this.clientsCount--;
+  }
+
+  override close(): this {
+    clearInterval(this.sweep);
+    this.sweep = undefined;
+    return super.close();
+  }
+
+  protected override async handshake(
+    transportName: 'polling' | 'websocket' | 'webtransport',
+    req: UpgradedRequest,
+    closeConnection: ErrorCallback,
+  ): Promise<unknown> {
+    const websocket = req.websocket;
+    if (transportName !== 'websocket' || !(websocket instanceof TunnelWebSocket) || req._query?.EIO !== '4') {
+      // engine.io's own request type (not exported) is this one with its query parsed, as `_query` says.
+      return super.handshake(transportName, req as never, closeConnection);
+    }
+    const id = await this.generateId(req);
+    // Closed by the client while its id was made: nothing to open.
+    if (websocket.readyState !== WebSocket.OPEN) return undefined;
+    const connection = new WebSocketConnection(id, this, websocket, req);
+    this.connections.add(connection);
+    this.clients[id] = connection as unknown as EngineSocket;
+    this.clientsCount++;
+    this.sweep ??= setInterval(() => this.ping(), this.tickMs).unref();
+    this.emit('connection', connection);
+    return undefined;
+  }
+
+  /** One sweep for every connection: ping those due, close those whose pong is overdue. */
+  private ping(): void {
+    const tick = ++this.tick;
+    for (const connection of this.connections) if (connection.due <= tick) connection.onDue();
+  }
+}

@@ -1,0 +1,275 @@
+import { EventEmitter } from 'node:events';
+import { createServer, type Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Server, type ServerOptions, type Socket } from 'socket.io';
+import { io as connectClient, type Socket as ClientSocket } from 'socket.io-client';
+import WebSocket from 'ws';
+import { TunnelEngine, WebSocketConnection } from '../../src/tunnel/engine';
+import { compactListeners, TunnelWebSocketServer } from '../../src/tunnel/websocket';
+
+/**
+ * The tunnel's engine (src/tunnel/engine.ts): a connection that comes straight over WebSocket
+ * gets a `WebSocketConnection`, which speaks engine.io's protocol 4 as engine.io's own socket
+ * does (the open packet, pings and their timeout, messages text and binary, the reasons a
+ * connection closes for); long polling and its upgrade stay engine.io's. Pings are fast here
+ * (200 ms, pong within 300 ms) so that the sweep's ticks are 50 ms.
+ */
+
+const PING_INTERVAL = 200;
+const PING_TIMEOUT = 300;
+
+interface Harness {
+  readonly http: HttpServer;
+  readonly io: Server;
+  readonly engine: TunnelEngine;
+  readonly url: string;
+  /** Server-side sockets as they connect, and why each disconnected. */
+  readonly connected: Socket[];
+  readonly reasons: string[];
+}
+
+let harness: Harness;
+const clients: ClientSocket[] = [];
+const raws: WebSocket[] = [];
+
+beforeEach(async () => {
+  const http = createServer();
+  const options: Partial<ServerOptions> = { path: '/socket.io', pingInterval: PING_INTERVAL, pingTimeout: PING_TIMEOUT, perMessageDeflate: false, wsEngine: TunnelWebSocketServer, maxHttpBufferSize: 4096 };
+  const io = new Server(options);
+  const engine = new TunnelEngine(options);
+  engine.attach(http, options);
+  io.bind(engine);
+  const connected: Socket[] = [];
+  const reasons: string[] = [];
+  io.on('connection', (socket) => {
+    connected.push(socket);
+    socket.on('disconnect', (reason) => reasons.push(reason));
+    socket.on('echo', (payload: unknown, ack: (answer: unknown) => void) => ack(payload));
+  });
+  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+  harness = { http, io, engine, url: `http://127.0.0.1:${(http.address() as AddressInfo).port}`, connected, reasons };
+});
+
+afterEach(async () => {
+  for (const client of clients.splice(0)) client.close();
+  for (const raw of raws.splice(0)) raw.terminate();
+  harness.engine.close();
+  await new Promise<void>((resolve) => harness.http.close(() => resolve()));
+});
+
+async function until<T>(what: string, read: () => T | undefined, timeoutMs = 3000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = read();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+function client(transports: Array<'websocket' | 'polling'>): ClientSocket {
+  const socket = connectClient(harness.url, { transports, reconnection: false, forceNew: true });
+  clients.push(socket);
+  return socket;
+}
+
+/** A raw WebSocket speaking engine.io by hand: every text frame it receives, in order. */
+async function raw(): Promise<{ socket: WebSocket; frames: string[]; closed: Promise<void> }> {
+  const socket = new WebSocket(`${harness.url.replace('http', 'ws')}/socket.io/?EIO=4&transport=websocket`);
+  raws.push(socket);
+  const frames: string[] = [];
+  socket.on('message', (data: Buffer) => frames.push(data.toString()));
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  await until('the open packet', () => frames.length > 0);
+  return { socket, frames, closed };
+}
+
+describe('a connection straight over WebSocket', () => {
+  test('is a WebSocketConnection, and carries events, acks and binary both ways', async () => {
+    const socket = client(['websocket']);
+    await until('connected', () => socket.connected);
+    const server = await until('the server side', () => harness.connected[0]);
+    expect(server.conn).toBeInstanceOf(WebSocketConnection);
+    await expect(socket.emitWithAck('echo', { text: 'é ✓', n: 1 })).resolves.toEqual({ text: 'é ✓', n: 1 });
+    const bytes = Buffer.from([0, 1, 2, 250]);
+    const echoed = (await socket.emitWithAck('echo', bytes)) as Buffer;
+    expect(Buffer.from(echoed)).toEqual(bytes);
+    const heard = new Promise<unknown>((resolve) => socket.once('hello', resolve));
+    server.emit('hello', 'from the server');
+    await expect(heard).resolves.toBe('from the server');
+  });
+
+  test('opens with engine.io\'s open packet: its id, no upgrades, the ping figures and the largest payload', async () => {
+    const { frames } = await raw();
+    const open = frames[0] as string;
+    expect(open.charAt(0)).toBe('0');
+    const body = JSON.parse(open.slice(1)) as Record<string, unknown>;
+    expect(body).toEqual({ sid: expect.any(String) as unknown, upgrades: [], pingInterval: PING_INTERVAL, pingTimeout: PING_TIMEOUT, maxPayload: 4096 });
+    expect(harness.engine.clientsCount).toBe(1);
+  });
+
+  test('is pinged every interval and stays open while it answers', async () => {
+    const { socket, frames } = await raw();
+    socket.on('message', (data: Buffer) => {
+      if (data.toString() === '2') socket.send('3');
+    });
+    await new Promise((resolve) => setTimeout(resolve, PING_INTERVAL * 4 + 100));
+    const pings = frames.filter((frame) => frame === '2').length;
+    expect(pings).toBeGreaterThanOrEqual(3);
+    expect(pings).toBeLessThanOrEqual(5);
+    expect(socket.readyState).toBe(WebSocket.OPEN);
+  });
+
+  test('is closed with ping timeout when a ping has no pong in time, and the engine forgets it', async () => {
+    // A client by hand that joins the main namespace and never answers a ping.
+    const { socket } = await raw();
+    socket.send('40');
+    await until('the server side', () => harness.connected[0]);
+    const started = Date.now();
+    await until('the server-side disconnect', () => harness.reasons[0], 3000);
+    expect(harness.reasons).toEqual(['ping timeout']);
+    // At the first ping (200 ms) plus its wait (300 ms, at most a tick or two more).
+    expect(Date.now() - started).toBeGreaterThanOrEqual(PING_INTERVAL + PING_TIMEOUT - 60);
+    expect(harness.engine.clientsCount).toBe(0);
+  });
+
+  test('a packet other than the pong while a ping waits gives it more time, once', async () => {
+    const { socket, frames, closed } = await raw();
+    await until('the first ping', () => frames.includes('2'));
+    const pinged = Date.now();
+    // Not the pong: an unknown-but-valid noop, as engine.io clients may send.
+    setTimeout(() => socket.send('6'), PING_TIMEOUT - 100);
+    setTimeout(() => socket.send('6'), PING_TIMEOUT + 100);
+    await closed;
+    // Closed a ping timeout after the first noop, not after the ping (nor after the second noop).
+    expect(Date.now() - pinged).toBeGreaterThanOrEqual(2 * PING_TIMEOUT - 100 - 20);
+    expect(Date.now() - pinged).toBeLessThan(2 * PING_TIMEOUT + 100);
+  });
+
+  test.each([
+    ['a ping from the client', '2', 'transport error'],
+    ['an unknown packet type', 'x', 'parse error'],
+    ['an empty frame', '', 'parse error'],
+  ])('is closed on %s (%s)', async (_what, frame, reason) => {
+    const socket = client(['websocket']);
+    await until('connected', () => socket.connected);
+    const server = await until('the server side', () => harness.connected[0]);
+    const connection = server.conn as unknown as WebSocketConnection;
+    const reasons: string[] = [];
+    connection.on('close', (why: string) => reasons.push(why));
+    connection.websocket.emit('message', Buffer.from(frame), false);
+    expect(reasons).toEqual([reason]);
+    await until('the disconnect', () => harness.reasons[0]);
+    expect(harness.engine.clientsCount).toBe(0);
+  });
+
+  test('a server disconnect closes the WebSocket: the client hears it, the engine forgets it', async () => {
+    const socket = client(['websocket']);
+    await until('connected', () => socket.connected);
+    const gone = new Promise<string>((resolve) => socket.once('disconnect', resolve));
+    (await until('the server side', () => harness.connected[0])).disconnect(true);
+    await expect(gone).resolves.toBe('io server disconnect');
+    expect(harness.engine.clientsCount).toBe(0);
+  });
+
+  test('the client going away is a transport close', async () => {
+    const socket = client(['websocket']);
+    await until('connected', () => socket.connected);
+    socket.io.engine.close();
+    await until('the disconnect', () => harness.reasons[0]);
+    expect(harness.reasons).toEqual(['transport close']);
+    expect(harness.engine.clientsCount).toBe(0);
+  });
+
+  test('a message over the largest payload closes the connection, as engine.io\'s does', async () => {
+    const socket = client(['websocket']);
+    await until('connected', () => socket.connected);
+    socket.emit('echo', 'x'.repeat(5000));
+    await until('the disconnect', () => harness.reasons[0]);
+    expect(harness.reasons[0]).toMatch(/transport (close|error)/);
+  });
+
+  test('an upgrade request naming its id is refused', async () => {
+    const { frames } = await raw();
+    const sid = (JSON.parse((frames[0] as string).slice(1)) as { sid: string }).sid;
+    const second = new WebSocket(`${harness.url.replace('http', 'ws')}/socket.io/?EIO=4&transport=websocket&sid=${sid}`);
+    raws.push(second);
+    await new Promise<void>((resolve) => second.once('close', () => resolve()));
+    expect(harness.engine.clientsCount).toBe(1);
+  });
+
+  test('writes wait while a batch is written, and a close after writes lets them out first', async () => {
+    const socket = client(['websocket']);
+    await until('connected', () => socket.connected);
+    const server = await until('the server side', () => harness.connected[0]);
+    const heard: number[] = [];
+    socket.on('n', (n: number) => heard.push(n));
+    for (let n = 0; n < 50; n++) server.emit('n', n);
+    server.disconnect();
+    await until('every write', () => heard.length === 50);
+    expect(heard).toEqual([...Array(50).keys()]);
+  });
+});
+
+describe('other connections stay engine.io\'s', () => {
+  test('long polling, and its upgrade to WebSocket', async () => {
+    const socket = client(['polling', 'websocket']);
+    await until('connected', () => socket.connected);
+    const server = await until('the server side', () => harness.connected[0]);
+    expect(server.conn).not.toBeInstanceOf(WebSocketConnection);
+    await until('the upgrade', () => socket.io.engine.transport.name === 'websocket');
+    await expect(socket.emitWithAck('echo', 'after the upgrade')).resolves.toBe('after the upgrade');
+  });
+
+  test('long polling alone', async () => {
+    const socket = client(['polling']);
+    await until('connected', () => socket.connected);
+    await expect(socket.emitWithAck('echo', 'polled')).resolves.toBe('polled');
+  });
+});
+
+describe('WebSocketConnection listeners', () => {
+  test('once is gone before it is called; removeListener takes a once by the listener given', async () => {
+    const socket = client(['websocket']);
+    await until('connected', () => socket.connected);
+    const connection = (await until('the server side', () => harness.connected[0])).conn as unknown as WebSocketConnection;
+    const calls: string[] = [];
+    const once = (): void => {
+      calls.push(`once ${connection.listenerCount('test')}`);
+    };
+    const removed = (): void => {
+      calls.push('removed');
+    };
+    connection.once('test', once);
+    connection.once('test', removed);
+    connection.removeListener('test', removed);
+    expect(connection.emit('test')).toBe(true);
+    expect(connection.emit('test')).toBe(false);
+    expect(calls).toEqual(['once 0']);
+  });
+});
+
+describe('compactListeners', () => {
+  test('an emitter whose table was compacted emits, adds and removes as before, and inherits no key', () => {
+    const emitter = new EventEmitter();
+    const heard: string[] = [];
+    const a = (): void => void heard.push('a');
+    emitter.on('a', a);
+    emitter.once('b', () => heard.push('b'));
+    compactListeners(emitter);
+    expect(Object.getPrototypeOf((emitter as unknown as { _events: object })._events)).not.toBeNull();
+    emitter.emit('a');
+    emitter.emit('b');
+    emitter.emit('b');
+    emitter.on('c', () => heard.push('c'));
+    emitter.emit('c');
+    emitter.removeListener('a', a);
+    emitter.emit('a');
+    // Keys of Object.prototype are not events.
+    expect(emitter.emit('toString')).toBe(false);
+    expect(emitter.listenerCount('constructor')).toBe(0);
+    expect(heard).toEqual(['a', 'b', 'c']);
+    expect(emitter.eventNames()).toEqual(['c']);
+    expect(() => emitter.emit('error', new Error('unheard'))).toThrow('unheard');
+  });
+});

@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Server as EngineServer, type ErrorCallback, type ServerOptions, type Socket as EngineSocket } from 'engine.io';
 import { WebSocket } from 'ws';
 import { TunnelWebSocket } from './websocket';
@@ -111,6 +111,19 @@ export class WebSocketConnection {
     return true;
   }
 
+  /**
+   * An HTTP request naming this connection's id with `transport=websocket` but no upgrade:
+   * engine.io hands it to the connection's transport, which over WebSocket has nothing to
+   * answer. Refused as engine.io refuses a bad request (its own transport leaves it
+   * unanswered); the connection goes on.
+   */
+  onRequest(req: IncomingMessage & { res?: ServerResponse }): void {
+    const res = req.res;
+    if (res === undefined || res.headersSent) return;
+    res.writeHead(400, { 'Content-Type': 'application/json' });
+    res.end(JSON.stringify({ code: 3, message: 'Bad request' }));
+  }
+
   /** A Socket.IO packet, encoded (engine.io's `write`). */
   write(data: Frame, _options?: unknown, callback?: () => void): this {
     if (this.readyState !== 'open') return this;
@@ -179,7 +192,8 @@ export class WebSocketConnection {
     }
     this.awaitingPong = true;
     this.extended = false;
-    this.due = this.engine.pongDue();
+    // Sent on a tick: the wait is whole ticks from now.
+    this.due = this.engine.pongDue(0);
     this.send(PING);
   }
 
@@ -248,7 +262,8 @@ export class WebSocketConnection {
   private extendPingWait(): void {
     if (!this.awaitingPong || this.extended) return;
     this.extended = true;
-    this.due = this.engine.pongDue();
+    // Between two ticks: one more, so that the wait is never shorter than `pingTimeout`.
+    this.due = this.engine.pongDue(1);
   }
 
   /** Writes what waits, one batch at a time: the next batch once `ws` has written the last one. */
@@ -325,9 +340,9 @@ export class TunnelEngine extends EngineServer {
     return this.tick + Math.ceil(this.opts.pingInterval / this.tickMs);
   }
 
-  /** The tick a ping sent now must have its pong by: `pingTimeout` on, never less (a tick more). */
-  pongDue(): number {
-    return this.tick + Math.ceil(this.opts.pingTimeout / this.tickMs) + 1;
+  /** The tick a ping's pong is due by, `pingTimeout` on (`extra` ticks more when not counted from a tick). */
+  pongDue(extra: 0 | 1): number {
+    return this.tick + Math.ceil(this.opts.pingTimeout / this.tickMs) + extra;
   }
 
   forget(connection: WebSocketConnection): void {

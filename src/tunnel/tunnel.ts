@@ -42,6 +42,7 @@ import { TunnelEngine } from './engine';
  * | `live-feed.ts`  | device events → presence `device:status`, revocations; deactivations      |
  * | `limits.ts`     | event order, the per-socket bound, rate limits, slow consumers            |
  * | `cluster.ts`    | other processes: the Redis adapter and device claims                      |
+ * | `engine.ts`     | engine.io with a lean connection for every client straight over WebSocket |
  */
 
 export { DEFAULT_TUNNEL_OPTIONS, deviceRoom, subscribersRoom, userSubscribersRoom, type TunnelOptions } from './context';

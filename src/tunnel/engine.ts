@@ -138,13 +138,18 @@ export class WebSocketConnection {
   }
 
   /**
-   * Closes the connection once what it was asked to write is written; `discard`: at once.
+   * Closes the connection once what it was asked to write is written; `discard`: at once,
+   * whatever waits or is being written (a client that reads nothing never lets a write end).
    * Socket.IO then hears `close` with `forced close`.
    */
   close(discard = false): this {
     if (this.readyState === 'closed' || (this.readyState === 'closing' && !discard)) return this;
     this.readyState = 'closing';
-    if (discard) this.writeBuffer = [];
+    if (discard) {
+      this.writeBuffer = [];
+      this.closeTransport();
+      return this;
+    }
     this.flush();
     if (this.writable) this.closeTransport();
     return this;

@@ -189,6 +189,28 @@ describe('a connection straight over WebSocket', () => {
     expect(harness.reasons[0]).toMatch(/transport (close|error)/);
   });
 
+  test('a close that discards closes at once, even while a write never ends (a client that reads nothing)', async () => {
+    const socket = client(['websocket']);
+    await until('connected', () => socket.connected);
+    const server = await until('the server side', () => harness.connected[0]);
+    const connection = server.conn as unknown as WebSocketConnection;
+    // The client stops reading: the service's writes fill the TCP buffers and never end.
+    (socket.io.engine.transport as unknown as { ws: { _socket: { pause(): void } } }).ws._socket.pause();
+    const big = 'x'.repeat(64 * 1024);
+    for (let i = 0; i < 200 && connection.writeBuffer.length < 5; i++) {
+      server.emit('n', big);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(connection.writable).toBe(false);
+    expect(connection.writeBuffer.length).toBeGreaterThan(0);
+    const reasons: string[] = [];
+    connection.on('close', (why: string) => reasons.push(why));
+    connection.close(true);
+    expect(reasons).toEqual(['forced close']);
+    expect(connection.readyState).toBe('closed');
+    expect(harness.engine.clientsCount).toBe(0);
+  });
+
   test('an upgrade request naming its id is refused', async () => {
     const { frames } = await raw();
     const sid = (JSON.parse((frames[0] as string).slice(1)) as { sid: string }).sid;

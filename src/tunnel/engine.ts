@@ -64,7 +64,7 @@ export class WebSocketConnection {
   private awaitingPong = false;
   /** A ping's wait was extended by a packet other than the pong already (engine.io extends it once). */
   private extended = false;
-  private listeners: Array<string | Listener | boolean> = [];
+  private handlers: Array<string | Listener | boolean> = [];
   private callbacks: Array<() => void> | null = null;
 
   constructor(
@@ -222,10 +222,10 @@ export class WebSocketConnection {
   }
 
   removeListener(event: string, listener: Listener): this {
-    const list = this.listeners;
+    const list = this.handlers;
     for (let i = 0; i < list.length; i += 3) {
       if (list[i] === event && list[i + 1] === listener) {
-        this.listeners = list.slice(0, i).concat(list.slice(i + 3));
+        this.handlers = list.slice(0, i).concat(list.slice(i + 3));
         break;
       }
     }
@@ -237,7 +237,7 @@ export class WebSocketConnection {
   }
 
   emit(event: string, ...args: unknown[]): boolean {
-    const list = this.listeners;
+    const list = this.handlers;
     const called: Listener[] = [];
     let onceCalled = false;
     for (let i = 0; i < list.length; i += 3) {
@@ -246,20 +246,26 @@ export class WebSocketConnection {
       if (list[i + 2] === true) onceCalled = true;
     }
     // A `once` listener is gone before it is called (as with an EventEmitter).
-    if (onceCalled) this.listeners = list.filter((_, k) => !(list[k - (k % 3)] === event && list[k - (k % 3) + 2] === true));
+    if (onceCalled) this.handlers = list.filter((_, k) => !(list[k - (k % 3)] === event && list[k - (k % 3) + 2] === true));
     for (const listener of called) (listener as (...args: unknown[]) => void)(...args);
     return called.length > 0;
   }
 
+  listeners(event: string): Listener[] {
+    const found: Listener[] = [];
+    for (let i = 0; i < this.handlers.length; i += 3) if (this.handlers[i] === event) found.push(this.handlers[i + 1] as Listener);
+    return found;
+  }
+
   listenerCount(event: string): number {
     let count = 0;
-    for (let i = 0; i < this.listeners.length; i += 3) if (this.listeners[i] === event) count++;
+    for (let i = 0; i < this.handlers.length; i += 3) if (this.handlers[i] === event) count++;
     return count;
   }
 
   private listen(event: string, listener: Listener, once: boolean): this {
     // A new array the size of its contents (a push would leave room for sixteen more).
-    this.listeners = this.listeners.concat(event, listener, once);
+    this.handlers = this.handlers.concat(event, listener, once);
     return this;
   }
 

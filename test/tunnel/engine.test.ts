@@ -265,6 +265,7 @@ describe('WebSocketConnection listeners', () => {
     connection.once('test', once);
     connection.once('test', removed);
     connection.removeListener('test', removed);
+    expect(connection.listeners('test')).toEqual([once]);
     expect(connection.emit('test')).toBe(true);
     expect(connection.emit('test')).toBe(false);
     expect(calls).toEqual(['once 0']);

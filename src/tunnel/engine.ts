@@ -258,9 +258,7 @@ export class WebSocketConnection {
   }
 
   listenerCount(event: string): number {
-    let count = 0;
-    for (let i = 0; i < this.handlers.length; i += 3) if (this.handlers[i] === event) count++;
-    return count;
+    return this.listeners(event).length;
   }
 
   private listen(event: string, listener: Listener, once: boolean): this {

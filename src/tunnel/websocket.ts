@@ -92,7 +92,6 @@ export function releaseUpgradeResponse(res: unknown): void {
   }
 }
 
-
 /** The prototype of compacted listener tables: it has no keys, so none is inherited. */
 const NO_LISTENERS: object = Object.freeze(Object.create(null) as object);
 

@@ -91,44 +91,37 @@ describe('attack: fence across two processes (distributed)', () => {
   }, 60_000);
 
   // Round 3: two syncs of one customer on the two processes.
-  it('b held on process 1, c lands on process 2: b refused to a later customer within 10 minutes; the b sync then ends with b', async () => {
-    const [x, w] = ids(2);
+  /**
+   * The race both round-3 tests run: x (at a) moves to b on process 1, held between its claim and
+   * its append; meanwhile x moves to c on process 2, then w asks for b there; then b's move lands.
+   */
+  async function raceBAgainstC(x: number, w: number): Promise<{ a: string; b: string; c: string; toC: Res; later: Res; toB: Res }> {
     const [a, b, c] = [`a-${x}@example.com`, `b-${x}@example.com`, `c-${x}@example.com`];
     expect((await syncCustomer(running(), x, a)).status).toBe(201);
     const held = holdNextUserAppend(running().eventStore);
-    let later: Res;
-    let toB: Res;
     try {
       const movingB = syncCustomer(running(), x, b);
       await held.atAppend;
       const toC = await syncCustomer(other!, x, c);
-      expect({ status: toC.status, email: userOf(toC).email }).toEqual({ status: 200, email: c });
-      later = await syncCustomer(other!, w, b);
+      const later = await syncCustomer(other!, w, b);
       held.release();
-      toB = await movingB;
+      return { a, b, c, toC, later, toB: await movingB };
     } finally {
       held.restore();
     }
+  }
+
+  it('b held on process 1, c lands on process 2: b refused to a later customer within 10 minutes; the b sync then ends with b', async () => {
+    const [x, w] = ids(2);
+    const { c, toC, later, toB, b } = await raceBAgainstC(x!, w!);
+    expect({ status: toC.status, email: userOf(toC).email }).toEqual({ status: 200, email: c });
     expect({ later: later.status, toB: toB.status, email: userOf(toB).email }).toEqual({ later: 409, toB: 200, email: b });
   }, 60_000);
 
   it('whatever the outcome of that race, the address has one holder and c is not kept by nobody', async () => {
     const [x, w] = ids(2);
-    const [a, b, c] = [`a-${x}@example.com`, `b-${x}@example.com`, `c-${x}@example.com`];
-    expect((await syncCustomer(running(), x, a)).status).toBe(201);
-    const held = holdNextUserAppend(running().eventStore);
-    let toB: Res;
-    let wB: Res;
-    try {
-      const movingB = syncCustomer(running(), x, b);
-      await held.atAppend;
-      expect((await syncCustomer(other!, x, c)).status).toBe(200);
-      wB = await syncCustomer(other!, w, b);
-      held.release();
-      toB = await movingB;
-    } finally {
-      held.restore();
-    }
+    const { a, b, c, toC, later: wB, toB } = await raceBAgainstC(x!, w!);
+    expect(toC.status).toBe(200);
     const xNow = await syncCustomer(other!, x, toB.status === 200 ? b : c);
     expect(xNow.status).toBe(200);
     const xEmail = userOf(xNow).email;

@@ -220,6 +220,18 @@ describe('a connection straight over WebSocket', () => {
     expect(harness.engine.clientsCount).toBe(1);
   });
 
+  test.each(['GET', 'POST', 'HEAD', 'PUT'])('a plain HTTP %s naming its id with transport=websocket gets 400 and the connection goes on', async (method) => {
+    const { socket, frames } = await raw();
+    const sid = (JSON.parse((frames[0] as string).slice(1)) as { sid: string }).sid;
+    for (const query of [`EIO=4&transport=websocket&sid=${sid}`, `EIO=4&transport=websocket&sid=x&sid=${sid}`]) {
+      const res = await fetch(`${harness.url}/socket.io/?${query}`, { method, ...(method === 'POST' || method === 'PUT' ? { body: '4"x"' } : {}) });
+      expect(res.status).toBe(400);
+      if (method !== 'HEAD') expect(await res.json()).toEqual({ code: 3, message: 'Bad request' });
+    }
+    expect(socket.readyState).toBe(WebSocket.OPEN);
+    expect(harness.engine.clientsCount).toBe(1);
+  });
+
   test('writes wait while a batch is written, and a close after writes lets them out first', async () => {
     const socket = client(['websocket']);
     await until('connected', () => socket.connected);

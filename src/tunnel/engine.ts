@@ -11,7 +11,7 @@ import { TunnelWebSocket } from './websocket';
  * Why: an idle hub is mostly its connection's objects. engine.io gives each connection a
  * `Socket` (six arrays, two timers, five listeners on its transport and a cleanup closure)
  * and a `WebSocket` transport (an event emitter with a listener table of its own, four send
- * callbacks and three listeners on `ws`'s socket): about 4 KB of heap per connection, for a
+ * callbacks and three listeners on `ws`'s socket): about 3 KB of heap per connection, for a
  * protocol that over WebSocket is one character in front of each message. This connection
  * speaks the same engine.io protocol (version 4) over the same `ws` socket in a few hundred
  * bytes, and one sweep a second pings every connection instead of a timer per connection

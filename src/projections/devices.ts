@@ -3,6 +3,7 @@ import { DEVICE_ROLES } from '../domain/device';
 import { asHomeHubEvent, parseStreamName } from '../domain/events';
 import type { RecordedEvent } from '../infra/eventstore/port';
 import type { ReadStore, SortKey, Where } from '../infra/readstore/port';
+import { gatheredGet } from '../infra/gathered';
 import { documentProjection } from './projection';
 
 export const DEVICES_COLLECTION = 'devices';
@@ -202,6 +203,14 @@ export async function findDevice(store: ReadStore, idOrUuid: string): Promise<De
 /** A device by its uuid only (a device token names its uuid, never an internal id). */
 export function findDeviceByUuid(store: ReadStore, uuid: string): Promise<DeviceDoc | null> {
   return devices(store).get(uuid);
+}
+
+/**
+ * `findDeviceByUuid` for reads that come in crowds (the presence of every device handshake):
+ * the reads of one turn of the event loop are one query (src/infra/gathered.ts).
+ */
+export function deviceByUuidGathered(store: ReadStore): (uuid: string) => Promise<DeviceDoc | null> {
+  return gatheredGet(() => devices(store));
 }
 
 /** Devices the user owns (active owner links): what MAX_DEVICES_PER_USER limits. */

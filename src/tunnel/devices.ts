@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { TOKEN_MESSAGES } from '../auth/tokens';
 import { UnauthorizedError } from '../domain/errors';
-import { findDeviceByUuid } from '../projections/devices';
+import { deviceByUuidGathered } from '../projections/devices';
 import type { ClusterNotice, DeviceClaim, GoneDevice } from './cluster';
 import {
   addDeviceSession,
@@ -96,9 +96,12 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
     (localOnly ? nsp.local : nsp).to(subscribersRoom(uuid)).emit('device:status', status);
   };
 
+  /** The read model's device documents, the reads of one turn of the event loop made as one query. */
+  const readDevice = ctx.readStore === undefined ? undefined : deviceByUuidGathered(ctx.readStore);
+
   /** The heartbeat presence as the REST API shows it (the read model), else as the device stream last said. */
   const presenceOf = async (uuid: string): Promise<{ isOnline: boolean; lastSeenAt: string | null }> => {
-    const doc = ctx.readStore === undefined ? null : await findDeviceByUuid(ctx.readStore, uuid);
+    const doc = readDevice === undefined ? null : await readDevice(uuid);
     if (doc !== null) return { isOnline: doc.isOnline, lastSeenAt: doc.lastSeenAt };
     const state = ctx.access.peek(uuid)?.state;
     return state?.status === 'active' ? { isOnline: state.isOnline, lastSeenAt: state.lastSeenAt } : { isOnline: false, lastSeenAt: null };

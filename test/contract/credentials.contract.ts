@@ -85,6 +85,18 @@ export function credentialStoreContract(
       expect(await store.getDataKey('user:other')).toBeNull();
     });
 
+    it('answers data keys read together (a crowd of handshakes) each as it would alone: a key, none, a tombstone', async () => {
+      await store.putDataKey('device:present', { id: 'k1', wrapped: 'wrapped-one' });
+      await store.putDataKey('user:gone', { id: 'k2', wrapped: 'wrapped-two' });
+      await store.forget({ userId: 'gone', dataKeySubjects: ['user:gone'], tombstones: ['user:gone'] });
+      const subjects = ['device:present', 'device:absent', 'user:gone', 'device:present', ...Array.from({ length: 300 }, (_, i) => `device:crowd-${i}`)];
+      const together = await Promise.all(subjects.map((subject) => store.getDataKey(subject)));
+      const alone: Array<Awaited<ReturnType<CredentialStore['getDataKey']>>> = [];
+      for (const subject of subjects) alone.push(await store.getDataKey(subject));
+      expect(together).toEqual(alone);
+      expect(together.slice(0, 4)).toEqual([{ id: 'k1', wrapped: 'wrapped-one' }, null, DATA_KEY_TOMBSTONE, { id: 'k1', wrapped: 'wrapped-one' }]);
+    });
+
     it('answers ping while open', async () => {
       await expect(store.ping()).resolves.toBeUndefined();
     });

@@ -1,3 +1,4 @@
+import { gatheredGet } from '../../src/infra/gathered';
 import type { Query, ReadCollection, ReadDoc, ReadStore, Where } from '../../src/infra/readstore/port';
 import { mulberry32 } from '../support/prng';
 
@@ -62,6 +63,10 @@ export function readStoreContract(
         expect([...found.keys()].sort()).toEqual(['a', 'b']);
         expect(found.get('a')).toEqual({ doc: device('a', { name: 'a1' }), guard: 'g2' });
         expect(await devices().getMany([])).toEqual(new Map());
+        // Reads gathered over one turn of the loop (src/infra/gathered.ts) answer what `get` does, one by one.
+        const gathered = gatheredGet(devices, 2);
+        const ids = ['a', 'missing', 'b', 'a', 'c'];
+        expect(await Promise.all(ids.map((id) => gathered(id)))).toEqual(await Promise.all(ids.map((id) => devices().get(id))));
 
         await devices().writeMany([
           { kind: 'put', doc: device('a', { name: 'a2' }), guard: 'g3' },

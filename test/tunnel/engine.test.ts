@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { createServer, type Server as HttpServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket as NetSocket } from 'node:net';
 import { Server, type ServerOptions, type Socket } from 'socket.io';
 import { io as connectClient, type Socket as ClientSocket } from 'socket.io-client';
 import WebSocket from 'ws';
@@ -85,6 +85,25 @@ async function raw(): Promise<{ socket: WebSocket; frames: string[]; closed: Pro
 }
 
 describe('a connection straight over WebSocket', () => {
+  test('the 101 answer and the open packet go out in one write', async () => {
+    // Every write the server makes on the upgraded TCP connection, as the chunks it hands the socket at once.
+    const writes: string[] = [];
+    harness.http.prependListener('upgrade', (_request: unknown, tcp: NetSocket) => {
+      const generic = tcp as unknown as { _writeGeneric: (writev: boolean, data: unknown, encoding: string, cb: unknown) => unknown };
+      const original = generic._writeGeneric.bind(tcp);
+      generic._writeGeneric = (writev, data, encoding, cb) => {
+        const chunks = writev ? (data as Array<{ chunk: Buffer | string }>).map((part) => part.chunk) : [data as Buffer | string];
+        writes.push(chunks.map((chunk) => (typeof chunk === 'string' ? chunk : chunk.toString('latin1'))).join(''));
+        return original(writev, data, encoding, cb);
+      };
+    });
+    const { frames } = await raw();
+    expect(frames[0]).toMatch(/^0\{"sid":/);
+    expect(writes[0]).toMatch(/^HTTP\/1\.1 101 /);
+    // The open packet travels with the answer: one system call for the two.
+    expect(writes[0]).toContain('0{"sid":');
+  });
+
   test('is a WebSocketConnection, and carries events, acks and binary both ways', async () => {
     const socket = client(['websocket']);
     await until('connected', () => socket.connected);

@@ -1,5 +1,6 @@
 import type { Collection } from 'mongodb';
 import { connectMongo } from '../mongo';
+import { gathered } from '../gathered';
 import { assertCredentialKey, assertHash, DATA_KEY_TOMBSTONE, tombstoneSubject, type CredentialStore, type StoredDataKey } from './port';
 
 /**
@@ -39,11 +40,23 @@ export async function openMongoCredentialStore(
   const asStored = (doc: DataKeyDoc | null): StoredDataKey | null =>
     doc !== null && typeof doc.keyId === 'string' && typeof doc.wrapped === 'string' ? { id: doc.keyId, wrapped: doc.wrapped } : null;
 
+  // The subjects' keys and tombstones read in one turn of the event loop, in one query: a
+  // crowd of device handshakes (the hubs of a process that died) each folds its device's
+  // events, and each needs its device's key (src/infra/gathered.ts).
+  const readDataKeys = gathered(async (subjects) => {
+    const docs = await dataKeys.find({ _id: { $in: subjects.flatMap((subject) => [`key:${subject}`, `key:${tombstoneSubject(subject)}`]) } }).toArray();
+    const byId = new Map(docs.map((doc) => [doc._id, doc]));
+    const found = new Map<string, StoredDataKey>();
+    for (const subject of subjects) {
+      const key = byId.get(`key:${subject}`) ?? null;
+      const stored = asStored(key) ?? (key !== null || byId.has(`key:${tombstoneSubject(subject)}`) ? DATA_KEY_TOMBSTONE : null);
+      if (stored !== null) found.set(subject, stored);
+    }
+    return found;
+  });
+
   return {
-    async getDataKey(subject) {
-      const docs = await dataKeys.find({ _id: { $in: [`key:${subject}`, `key:${tombstoneSubject(subject)}`] } }).toArray();
-      return asStored(docs.find((d) => d._id === `key:${subject}`) ?? null) ?? (docs.length > 0 ? DATA_KEY_TOMBSTONE : null);
-    },
+    getDataKey: (subject) => readDataKeys(subject),
     async putDataKey(subject, stored) {
       let kept: StoredDataKey | null = null;
       try {

@@ -1,4 +1,4 @@
-import { ServerResponse } from 'node:http';
+import { ServerResponse, type IncomingMessage } from 'node:http';
 import { Socket as NetSocket } from 'node:net';
 import { WebSocket, WebSocketServer, type ServerOptions } from 'ws';
 import type { WebSocketConnection } from './engine';
@@ -53,6 +53,16 @@ export class TunnelWebSocket extends WebSocketWithSocket {
   }
 }
 
+/**
+ * Whether engine.io hands this upgrade to TunnelEngine.handshake's own connection: a new
+ * connection (no sid) of protocol 4 straight over WebSocket. engine.io parses the query
+ * (`_query`) before it calls `ws`; without one, nothing is assumed.
+ */
+function opensOwnConnection(request: IncomingMessage): boolean {
+  const query = (request as IncomingMessage & { _query?: Record<string, string | undefined> })._query;
+  return query !== undefined && query.transport === 'websocket' && query.EIO === '4' && query.sid === undefined;
+}
+
 /** `ws`'s server, making `TunnelWebSocket`s: engine.io constructs it with its own options. */
 export class TunnelWebSocketServer extends WebSocketServer {
   constructor(options?: ServerOptions, callback?: () => void) {
@@ -65,9 +75,19 @@ export class TunnelWebSocketServer extends WebSocketServer {
    * later), go out in one write: a connection costs one system call fewer, which a crowd of
    * hubs reconnecting at once feels. `ws` refuses an upgrade with `end`, which writes what
    * is held; anything else written meanwhile goes with the uncork.
+   *
+   * Only an upgrade that opens the tunnel's own connection is corked (protocol 4, straight
+   * over WebSocket, no sid: what TunnelEngine.handshake writes itself). engine.io refuses
+   * others after `ws` accepted them (a protocol other than 4: a Socket.IO v2 client) by
+   * writing its 400 and destroying the socket at once, and a socket destroyed while corked
+   * drops what it holds: the client would hear nothing at all.
    */
   override handleUpgrade(...args: Parameters<WebSocketServer['handleUpgrade']>): void {
     const socket = args[1];
+    if (!opensOwnConnection(args[0])) {
+      super.handleUpgrade(...args);
+      return;
+    }
     socket.cork();
     try {
       super.handleUpgrade(...args);

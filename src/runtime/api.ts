@@ -30,6 +30,7 @@ import { createMemoryRateLimiter, createRedisRateLimiter, type Tier } from '../r
 import { handshakeLimiterFrom } from '../tunnel/handshake-limit';
 import { tunnelLimiterFrom } from '../tunnel/limiter';
 import { createTunnel, DEFAULT_TUNNEL_OPTIONS } from '../tunnel/tunnel';
+import { guardDescriptors, openFileLimit } from './descriptor-headroom';
 import type { Infrastructure } from './adapters';
 import type { ShutdownStep } from './shutdown';
 
@@ -188,6 +189,8 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
       ),
     },
   });
+  // Head-room below the limit of open files, once the tunnel's upgrade listener is in place.
+  guardDescriptors(server, { limit: openFileLimit(), logger });
   metrics.sources.tunnel = () => tunnel.stats();
   metrics.sources.admission = () => tunnel.admission();
 

@@ -1,0 +1,127 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { Logger } from '../logger';
+
+/**
+ * Head-room below the process's limit of open files. Every TCP connection is a descriptor,
+ * and at the limit libuv accepts each new connection only to close it at once: a person
+ * opening the app sees the connection dropped like a hub does. A reconnect storm gets there
+ * (bench/README.md, "The hubs of a dead process, at the survivor": 20,000 descriptors, the
+ * limit, with 2,693 of 19,000 hubs connected): WebSockets, the heartbeats' kept-alive HTTP
+ * connections and connections still waiting for their answer.
+ *
+ * Past `limit - reserve` descriptors (counted as those open at the start plus the server's
+ * connections), the process gives descriptors back instead of taking more:
+ * - kept-alive HTTP connections that wait for nothing are closed (Node's
+ *   `closeIdleConnections`, at most once a second), and every HTTP answer closes its
+ *   connection (`Connection: close`);
+ * - a new WebSocket upgrade is answered `503` with `Retry-After` and closed at once, before
+ *   any handshake work: clients come back after their backoff, when there is room.
+ * Requests keep being answered, a person's among them: that is what the reserve is for.
+ */
+
+/** Descriptors kept free by default: a twentieth of the limit, and never fewer than this. */
+export const MIN_RESERVE = 64;
+/** What a refused upgrade is told to wait, in seconds. */
+export const UPGRADE_RETRY_AFTER_SECONDS = 5;
+const SHED_EVERY_MS = 1000;
+
+/** The soft limit of open files of this process (Linux's `/proc/self/limits`); null when unlimited or unknown. */
+export function openFileLimit(read: () => string = () => readFileSync('/proc/self/limits', 'utf8')): number | null {
+  try {
+    const match = /^Max open files\s+(\d+|unlimited)\s/m.exec(read());
+    return match?.[1] === undefined || match[1] === 'unlimited' ? null : Number(match[1]);
+  } catch {
+    return null;
+  }
+}
+
+/** The descriptors this process has open now (Linux's `/proc/self/fd`); null when unknown. */
+function openDescriptors(): number | null {
+  try {
+    return readdirSync('/proc/self/fd').length;
+  } catch {
+    return null;
+  }
+}
+
+export interface DescriptorHeadroomOptions {
+  /** The limit of open files (`openFileLimit()`); null: no guard. */
+  readonly limit: number | null;
+  /** Descriptors kept free (default: max(MIN_RESERVE, limit / 20)). */
+  readonly reserve?: number;
+  /** Descriptors open besides the server's connections (default: those open now). */
+  readonly baseline?: number;
+  readonly logger: Pick<Logger, 'warn' | 'info'>;
+}
+
+export interface DescriptorHeadroom {
+  /** Whether the process is within its reserve of the limit. */
+  readonly pressed: () => boolean;
+  /** The server's open connections, and the upgrades refused so far. */
+  readonly figures: () => { readonly connections: number; readonly refusedUpgrades: number; readonly threshold: number | null };
+}
+
+const REFUSAL_BODY = JSON.stringify({ statusCode: 503, message: 'Too many connections at once, retry later', error: 'Service Unavailable' });
+const REFUSAL =
+  `HTTP/1.1 503 Service Unavailable\r\nRetry-After: ${UPGRADE_RETRY_AFTER_SECONDS}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+  `Content-Length: ${Buffer.byteLength(REFUSAL_BODY)}\r\nConnection: close\r\n\r\n${REFUSAL_BODY}`;
+
+/**
+ * Guards `server` (call it once every `upgrade` listener is in place: the tunnel's): its
+ * connections are counted, and past the threshold it sheds as described above.
+ */
+export function guardDescriptors(server: Server, options: DescriptorHeadroomOptions): DescriptorHeadroom {
+  let connections = 0;
+  let refusedUpgrades = 0;
+  const limit = options.limit;
+  const threshold = limit === null ? null : limit - (options.reserve ?? Math.max(MIN_RESERVE, Math.ceil(limit / 20))) - (options.baseline ?? openDescriptors() ?? 0);
+  const pressed = (): boolean => threshold !== null && connections >= threshold;
+  if (threshold === null) return { pressed, figures: () => ({ connections, refusedUpgrades, threshold }) };
+
+  let lastShed = -Infinity;
+  let episode = false;
+  const shed = (): void => {
+    const now = performance.now();
+    if (now - lastShed < SHED_EVERY_MS) return;
+    lastShed = now;
+    if (!episode) {
+      episode = true;
+      options.logger.warn({ connections, threshold, limit }, 'open files near the limit: idle connections closed, new upgrades refused');
+    }
+    server.closeIdleConnections();
+  };
+
+  server.on('connection', (socket: Duplex) => {
+    connections++;
+    socket.once('close', () => {
+      connections--;
+      if (episode && !pressed()) {
+        episode = false;
+        options.logger.info({ connections, threshold }, 'open files below the reserve again');
+      }
+    });
+    if (pressed()) shed();
+  });
+
+  server.prependListener('request', (_request: IncomingMessage, response: ServerResponse) => {
+    if (pressed()) response.setHeader('Connection', 'close');
+  });
+
+  // Refused before the tunnel's own listeners (engine.io's) see the upgrade: they run only when there is room.
+  const upgraders = server.listeners('upgrade') as Array<(request: IncomingMessage, socket: Duplex, head: Buffer) => void>;
+  server.removeAllListeners('upgrade');
+  server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (!pressed()) {
+      for (const upgrade of upgraders) upgrade.call(server, request, socket, head);
+      return;
+    }
+    refusedUpgrades++;
+    socket.on('error', () => undefined);
+    socket.once('finish', () => socket.destroy());
+    socket.end(REFUSAL);
+  });
+
+  return { pressed, figures: () => ({ connections, refusedUpgrades, threshold }) };
+}

@@ -21,7 +21,10 @@ import type { Logger } from '../logger';
  * Requests keep being answered, a person's among them: that is what the reserve is for.
  */
 
-/** Descriptors kept free by default: a twentieth of the limit, and never fewer than this. */
+/**
+ * Descriptors kept free by default: a hundredth of the limit (200 of 20,000: a process holding
+ * 19,000 hubs keeps its head-room), and never fewer than this.
+ */
 export const MIN_RESERVE = 64;
 /** What a refused upgrade is told to wait, in seconds. */
 export const UPGRADE_RETRY_AFTER_SECONDS = 5;
@@ -49,7 +52,7 @@ function openDescriptors(): number | null {
 export interface DescriptorHeadroomOptions {
   /** The limit of open files (`openFileLimit()`); null: no guard. */
   readonly limit: number | null;
-  /** Descriptors kept free (default: max(MIN_RESERVE, limit / 20)). */
+  /** Descriptors kept free (default: max(MIN_RESERVE, limit / 100)). */
   readonly reserve?: number;
   /** Descriptors open besides the server's connections (default: those open now). */
   readonly baseline?: number;
@@ -76,7 +79,7 @@ export function guardDescriptors(server: Server, options: DescriptorHeadroomOpti
   let connections = 0;
   let refusedUpgrades = 0;
   const limit = options.limit;
-  const threshold = limit === null ? null : limit - (options.reserve ?? Math.max(MIN_RESERVE, Math.ceil(limit / 20))) - (options.baseline ?? openDescriptors() ?? 0);
+  const threshold = limit === null ? null : limit - (options.reserve ?? Math.max(MIN_RESERVE, Math.ceil(limit / 100))) - (options.baseline ?? openDescriptors() ?? 0);
   const pressed = (): boolean => threshold !== null && connections >= threshold;
   if (threshold === null) return { pressed, figures: () => ({ connections, refusedUpgrades, threshold }) };
 

@@ -1,5 +1,6 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from '../logger';
 
@@ -13,9 +14,9 @@ import type { Logger } from '../logger';
  *
  * Past `limit - reserve` descriptors (counted as those open at the start plus the server's
  * connections), the process gives descriptors back instead of taking more:
- * - kept-alive HTTP connections that wait for nothing are closed (Node's
- *   `closeIdleConnections`, at most once a second), and every HTTP answer closes its
- *   connection (`Connection: close`);
+ * - kept-alive HTTP connections that wait for nothing are closed (at most once a second:
+ *   every answer on them written out, nothing of a next request arrived), and every HTTP
+ *   answer closes its connection (`Connection: close`);
  * - a new WebSocket upgrade is answered `503` with `Retry-After` and closed at once, before
  *   any handshake work: clients come back after their backoff, when there is room.
  * Requests keep being answered, a person's among them: that is what the reserve is for.
@@ -83,6 +84,19 @@ export function guardDescriptors(server: Server, options: DescriptorHeadroomOpti
   const pressed = (): boolean => threshold !== null && connections >= threshold;
   if (threshold === null) return { pressed, figures: () => ({ connections, refusedUpgrades, threshold }) };
 
+  // Connections that wait for nothing: every answer on them is written out, and nothing was read
+  // since (by `bytesRead`: a next request that has begun to arrive, even unparsed, is not nothing).
+  // Not Node's `closeIdleConnections`: it takes a connection whose answer is still being written
+  // (`end()` called, the bytes not all out, a pipelined request queued behind it) for idle.
+  const quiet = new Map<Socket, number>();
+  // Connections with answers still to be written: how many.
+  const busy = new Map<Socket, number>();
+  const closeQuiet = (): void => {
+    for (const [socket, readAt] of quiet) {
+      if (socket.bytesRead === readAt && socket.writableLength === 0) socket.destroy();
+    }
+  };
+
   let lastShed = -Infinity;
   let episode = false;
   const shed = (): void => {
@@ -93,29 +107,51 @@ export function guardDescriptors(server: Server, options: DescriptorHeadroomOpti
       episode = true;
       options.logger.warn({ connections, threshold, limit }, 'open files near the limit: idle connections closed, new upgrades refused');
     }
-    server.closeIdleConnections();
+    // In the check phase, as the shutdown's sweeps (src/runtime/http-drain.ts): the input that
+    // arrived with the connection that pressed, a next request on a kept-alive one, is read first.
+    setImmediate(closeQuiet);
   };
 
-  server.on('connection', (socket: Duplex) => {
+  // One listener for every connection (`this` is it), no closure per connection: a hub's WebSocket lives for days.
+  function forget(this: Socket): void {
+    connections--;
+    quiet.delete(this);
+    busy.delete(this);
+    if (episode && !pressed()) {
+      episode = false;
+      options.logger.info({ connections, threshold }, 'open files below the reserve again');
+    }
+  }
+  server.on('connection', (socket: Socket) => {
     connections++;
-    socket.once('close', () => {
-      connections--;
-      if (episode && !pressed()) {
-        episode = false;
-        options.logger.info({ connections, threshold }, 'open files below the reserve again');
-      }
-    });
+    socket.on('close', forget);
     if (pressed()) shed();
   });
 
-  server.prependListener('request', (_request: IncomingMessage, response: ServerResponse) => {
+  // Before the application's listeners: the header is set before any answer is written.
+  server.prependListener('request', (request: IncomingMessage, response: ServerResponse) => {
     if (pressed()) response.setHeader('Connection', 'close');
+    const socket = request.socket as Socket;
+    quiet.delete(socket);
+    busy.set(socket, (busy.get(socket) ?? 0) + 1);
+    // After 'finish' (its bytes handed to the system), or when the connection closed.
+    response.once('close', () => {
+      const left = (busy.get(socket) ?? 1) - 1;
+      if (left > 0) busy.set(socket, left);
+      else {
+        busy.delete(socket);
+        if (!socket.destroyed) quiet.set(socket, socket.bytesRead);
+      }
+    });
   });
 
   // Refused before the tunnel's own listeners (engine.io's) see the upgrade: they run only when there is room.
   const upgraders = server.listeners('upgrade') as Array<(request: IncomingMessage, socket: Duplex, head: Buffer) => void>;
   server.removeAllListeners('upgrade');
   server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    // No longer HTTP: never shed as an idle connection (an answer still owed on it keeps it out for good).
+    quiet.delete(socket as Socket);
+    if (busy.has(socket as Socket)) busy.set(socket as Socket, Infinity);
     if (!pressed()) {
       for (const upgrade of upgraders) upgrade.call(server, request, socket, head);
       return;

@@ -145,3 +145,17 @@ test('the guard still sheds: idle kept-alive connections are closed past the thr
   await new Promise((resolve) => setTimeout(resolve, 100));
   expect({ upgraded: upgradedAfter.destroyed || upgradedAfter.readyState !== 'open', half: half.readyState !== 'open' }).toEqual({ upgraded: false, half: false });
 }, 30_000);
+
+test('the guard keeps no closure of its own on each connection: one close listener for all (an idle hub lives for days)', async () => {
+  await listen(100, handler);
+  const seen: Socket[] = [];
+  server.on('connection', (socket: Socket) => seen.push(socket));
+  await open();
+  await open();
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const [first, second] = seen.map((socket) => socket.rawListeners('close'));
+  // Every listener on the first connection's close that is not on the second's is a closure per connection
+  // (but Node's own, a bound function; a `once` wrapper is bound too, and one per connection).
+  const own = (listener: unknown): boolean => (listener as { listener?: unknown }).listener !== undefined || !String(listener).includes('[native code]');
+  expect(first?.filter((listener) => own(listener) && !second?.includes(listener)).map(String)).toEqual([]);
+});

@@ -120,16 +120,24 @@ describe('a service at its limit of open files', () => {
       expect(answered).toMatch(/\r\nconnection: close\r\n/i);
 
       for (const socket of sockets.splice(0)) socket.destroy();
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      const taken = await open();
-      const switched = await new Promise<string>((resolve) => {
-        let text = '';
-        taken.on('data', (chunk: Buffer) => {
-          text += chunk.toString('latin1');
-          if (text.includes('\r\n\r\n')) resolve(text);
+      // The service hears the closes in its own time: an upgrade is tried until it is taken (10 s at most).
+      const answerHead = async (): Promise<string> => {
+        const taken = await open();
+        return new Promise<string>((resolve) => {
+          let text = '';
+          taken.on('data', (chunk: Buffer) => {
+            text += chunk.toString('latin1');
+            if (text.includes('\r\n\r\n')) resolve(text);
+          });
+          taken.once('close', () => resolve(text));
+          taken.write(upgrade);
         });
-        taken.write(upgrade);
-      });
+      };
+      let switched = await answerHead();
+      for (const deadline = Date.now() + 10_000; !switched.startsWith('HTTP/1.1 101 ') && Date.now() < deadline; ) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        switched = await answerHead();
+      }
       expect(switched).toMatch(/^HTTP\/1\.1 101 /);
     },
     60_000,

@@ -19,6 +19,19 @@ function answerFor(error: Error & { code?: string }): { status: number; error: s
   return (error.code !== undefined ? ANSWERS[error.code] : undefined) ?? BAD_REQUEST;
 }
 
+/**
+ * An error answer written straight to a socket that no HTTP response object serves (a request
+ * the parser refused, an upgrade refused before any handler): the body of decisions §7, and
+ * the connection closed after it. `headers`: more header lines, each ending in CRLF.
+ */
+export function rawErrorAnswer(status: number, error: string, message = error, headers = ''): string {
+  const body = JSON.stringify({ statusCode: status, message, error });
+  return (
+    `HTTP/1.1 ${status} ${error}\r\n${headers}Content-Type: application/json; charset=utf-8\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+  );
+}
+
 export function answerClientErrors(server: Server): void {
   server.on('clientError', (error: Error & { code?: string }, socket: Socket) => {
     // A connection reset or timed out has nobody left to answer.
@@ -27,10 +40,6 @@ export function answerClientErrors(server: Server): void {
       return;
     }
     const { status, error: reason } = answerFor(error);
-    const body = JSON.stringify({ statusCode: status, message: reason, error: reason });
-    socket.end(
-      `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-    );
+    socket.end(rawErrorAnswer(status, reason));
   });
 }

@@ -3,6 +3,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from '../logger';
+import { rawErrorAnswer } from './client-errors';
 
 /**
  * Head-room below the process's limit of open files. Every TCP connection is a descriptor,
@@ -60,29 +61,18 @@ export interface DescriptorHeadroomOptions {
   readonly logger: Pick<Logger, 'warn' | 'info'>;
 }
 
-export interface DescriptorHeadroom {
-  /** Whether the process is within its reserve of the limit. */
-  readonly pressed: () => boolean;
-  /** The server's open connections, and the upgrades refused so far. */
-  readonly figures: () => { readonly connections: number; readonly refusedUpgrades: number; readonly threshold: number | null };
-}
-
-const REFUSAL_BODY = JSON.stringify({ statusCode: 503, message: 'Too many connections at once, retry later', error: 'Service Unavailable' });
-const REFUSAL =
-  `HTTP/1.1 503 Service Unavailable\r\nRetry-After: ${UPGRADE_RETRY_AFTER_SECONDS}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-  `Content-Length: ${Buffer.byteLength(REFUSAL_BODY)}\r\nConnection: close\r\n\r\n${REFUSAL_BODY}`;
+const REFUSAL = rawErrorAnswer(503, 'Service Unavailable', 'Too many connections at once, retry later', `Retry-After: ${UPGRADE_RETRY_AFTER_SECONDS}\r\n`);
 
 /**
  * Guards `server` (call it once every `upgrade` listener is in place: the tunnel's): its
  * connections are counted, and past the threshold it sheds as described above.
  */
-export function guardDescriptors(server: Server, options: DescriptorHeadroomOptions): DescriptorHeadroom {
+export function guardDescriptors(server: Server, options: DescriptorHeadroomOptions): void {
   let connections = 0;
-  let refusedUpgrades = 0;
   const limit = options.limit;
   const threshold = limit === null ? null : limit - (options.reserve ?? Math.max(MIN_RESERVE, Math.ceil(limit / 100))) - (options.baseline ?? openDescriptors() ?? 0);
   const pressed = (): boolean => threshold !== null && connections >= threshold;
-  if (threshold === null) return { pressed, figures: () => ({ connections, refusedUpgrades, threshold }) };
+  if (threshold === null) return;
 
   // Connections that wait for nothing: every answer on them is written out, and nothing was read
   // since (by `bytesRead`: a next request that has begun to arrive, even unparsed, is not nothing).
@@ -156,11 +146,8 @@ export function guardDescriptors(server: Server, options: DescriptorHeadroomOpti
       for (const upgrade of upgraders) upgrade.call(server, request, socket, head);
       return;
     }
-    refusedUpgrades++;
     socket.on('error', () => undefined);
     socket.once('finish', () => socket.destroy());
     socket.end(REFUSAL);
   });
-
-  return { pressed, figures: () => ({ connections, refusedUpgrades, threshold }) };
 }

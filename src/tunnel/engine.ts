@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Server as EngineServer, type ErrorCallback, type ServerOptions, type Socket as EngineSocket } from 'engine.io';
 import { WebSocket } from 'ws';
-import { TunnelWebSocket } from './websocket';
+import { opensOwnConnection, TunnelWebSocket } from './websocket';
 
 /**
  * The tunnel's engine.io server: engine.io as it is, except for connections that come straight
@@ -372,7 +372,7 @@ export class TunnelEngine extends EngineServer {
     closeConnection: ErrorCallback,
   ): Promise<unknown> {
     const websocket = req.websocket;
-    if (transportName !== 'websocket' || !(websocket instanceof TunnelWebSocket) || req._query?.EIO !== '4') {
+    if (!(websocket instanceof TunnelWebSocket) || !opensOwnConnection(req)) {
       // engine.io's own request type (not exported) is this one with its query parsed, as `_query` says.
       return super.handshake(transportName, req as never, closeConnection);
     }

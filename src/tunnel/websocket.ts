@@ -54,11 +54,12 @@ export class TunnelWebSocket extends WebSocketWithSocket {
 }
 
 /**
- * Whether engine.io hands this upgrade to TunnelEngine.handshake's own connection: a new
- * connection (no sid) of protocol 4 straight over WebSocket. engine.io parses the query
- * (`_query`) before it calls `ws`; without one, nothing is assumed.
+ * Whether a request opens the tunnel's own connection (TunnelEngine.handshake's
+ * `WebSocketConnection`): a new connection (no sid) of protocol 4 straight over WebSocket.
+ * engine.io parses the query (`_query`) before it calls `ws` or its handshake; without one,
+ * nothing is assumed.
  */
-function opensOwnConnection(request: IncomingMessage): boolean {
+export function opensOwnConnection(request: IncomingMessage): boolean {
   const query = (request as IncomingMessage & { _query?: Record<string, string | undefined> })._query;
   return query !== undefined && query.transport === 'websocket' && query.EIO === '4' && query.sid === undefined;
 }

@@ -1,8 +1,9 @@
 import { mkdtemp, rm } from 'node:fs/promises';
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openFileLimit } from '../../src/runtime/descriptor-headroom';
+import { HEALTH_REQUEST, openSocket, UPGRADE_REQUEST, upgradeOnceThereIsRoom } from '../support/raw-http';
 import { PROCESS_TEST_TIMEOUT_MS, startServerProcess, type ServerProcess } from '../support/server';
 
 /**
@@ -47,17 +48,7 @@ describe('a service at its limit of open files', () => {
     await rm(dataDir, { recursive: true, force: true });
   });
 
-  /** A TCP connection to the service. */
-  const open = async (): Promise<Socket> => {
-    const socket = connect(service.port, '127.0.0.1');
-    sockets.push(socket);
-    socket.on('error', () => undefined);
-    await new Promise<void>((resolve, reject) => {
-      socket.once('connect', () => resolve());
-      socket.once('error', reject);
-    });
-    return socket;
-  };
+  const open = (): Promise<Socket> => openSocket(service.port, sockets);
 
   /** Sends `request` on `socket` and reads until the answer's end: its text, or null when the connection closed first. */
   const ask = (socket: Socket, request: string): Promise<string | null> =>
@@ -79,10 +70,8 @@ describe('a service at its limit of open files', () => {
       socket.write(request);
     });
 
-  const health = 'GET /api/v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n';
-  const upgrade =
-    'GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n' +
-    'Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n';
+  const health = HEALTH_REQUEST;
+  const upgrade = UPGRADE_REQUEST;
 
   test(
     'more kept-alive connections than the limit allows: every request is answered, the idle ones are closed to make room',
@@ -120,25 +109,7 @@ describe('a service at its limit of open files', () => {
       expect(answered).toMatch(/\r\nconnection: close\r\n/i);
 
       for (const socket of sockets.splice(0)) socket.destroy();
-      // The service hears the closes in its own time: an upgrade is tried until it is taken (10 s at most).
-      const answerHead = async (): Promise<string> => {
-        const taken = await open();
-        return new Promise<string>((resolve) => {
-          let text = '';
-          taken.on('data', (chunk: Buffer) => {
-            text += chunk.toString('latin1');
-            if (text.includes('\r\n\r\n')) resolve(text);
-          });
-          taken.once('close', () => resolve(text));
-          taken.write(upgrade);
-        });
-      };
-      let switched = await answerHead();
-      for (const deadline = Date.now() + 10_000; !switched.startsWith('HTTP/1.1 101 ') && Date.now() < deadline; ) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        switched = await answerHead();
-      }
-      expect(switched).toMatch(/^HTTP\/1\.1 101 /);
+      expect(await upgradeOnceThereIsRoom(open)).toBe('101');
     },
     60_000,
   );

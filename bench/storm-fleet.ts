@@ -2,7 +2,7 @@
  * The hubs of `npm run bench:storm` (bench/storm.ts), in a worker process: hub clients with
  * their defaults, counting what the bench reports. Imports the hub client only.
  */
-import { HubClient } from '@home-hub-cloud/hub-client';
+import { agentFetch, HubClient, type HttpFetch } from '@home-hub-cloud/hub-client';
 import { io, type ManagerOptions, type SocketOptions } from 'socket.io-client';
 
 export interface HubSpec {
@@ -52,6 +52,18 @@ function tunnelFrom(localAddress: string): (url: string, options: Partial<Manage
   return (url, options) => io(url, { ...options, localAddress } as Partial<ManagerOptions & SocketOptions>);
 }
 
+/**
+ * The fleet's HTTP (heartbeats, renewals): one keep-alive agent per worker (`agentFetch`), at
+ * most BENCH_FLEET_HTTP_IDLE idle connections (256). `BENCH_FLEET_HTTP=fetch`: every hub through the
+ * global `fetch`, as before 2026-11-28 (a hub on its own device does that): in a worker of
+ * 10,000 hubs, `fetch`'s own work was about 40 % of the worker's CPU, and undici's pool held
+ * thousands of connections (descriptors of the service's too) while the service was slow.
+ */
+function fleetHttp(): HttpFetch | undefined {
+  if (process.env.BENCH_FLEET_HTTP === 'fetch') return undefined;
+  return agentFetch({ maxFreeSockets: Number(process.env.BENCH_FLEET_HTTP_IDLE ?? 256) });
+}
+
 function runWorker(): void {
   // The bench is gone (it failed or was stopped): so is this fleet.
   process.on('disconnect', () => process.exit(0));
@@ -74,6 +86,7 @@ function runWorker(): void {
   };
   process.on('message', (message: WorkerMessage) => {
     if (message.kind === 'start') {
+      const http = fleetHttp();
       message.hubs.forEach((spec, i) => {
         const client = new HubClient({
           baseUrl: message.baseUrl,
@@ -81,6 +94,7 @@ function runWorker(): void {
           // BENCH_HUBS_PER_ADDRESS=0: every hub from the machine's own address, as earlier runs did.
           ...(HUBS_PER_ADDRESS > 0 ? { io: tunnelFrom(sourceAddress(message.worker, message.workers, i)) } : {}),
           tokens: { load: () => spec.token, save: () => undefined },
+          ...(http !== undefined ? { fetch: http } : {}),
           // BENCH_CLIENT_TIMEOUT_MS: a longer wait for a machine too busy for the default 10 s (memory runs only).
           ...(process.env.BENCH_CLIENT_TIMEOUT_MS !== undefined ? { requestTimeoutMs: Number(process.env.BENCH_CLIENT_TIMEOUT_MS) } : {}),
           // BENCH_CONNECT_TIMEOUT_MS: another wait for one tunnel connection attempt (the client's default 30 s), to compare.

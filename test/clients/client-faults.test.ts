@@ -119,7 +119,7 @@ test('a new token generation issued for the device: the hub with the old token r
     heartbeatIntervalMs: 200,
     reconnect: { baseMs: 50, capMs: 100 },
     fetch: (input, init) => {
-      if (String(input instanceof Request ? input.url : input).endsWith('/renew')) renewals++;
+      if (input.endsWith('/renew')) renewals++;
       return fetch(input, init);
     },
   });
@@ -150,7 +150,7 @@ test('a heartbeat answered 503 with garbage and a renewal answered 201 with garb
     renewBetween: [0, 0],
     renewRetry: { baseMs: 50, capMs: 100 },
     fetch: (input, init) => {
-      const url = String(input instanceof Request ? input.url : input);
+      const url = input;
       if (junk > 0 && (url.endsWith('/renew') || url.includes('/heartbeat/'))) {
         junk--;
         return Promise.resolve(new Response(url.endsWith('/renew') ? '{"tok' : 'oops', { status: url.endsWith('/renew') ? 201 : 503 }));

@@ -15,9 +15,11 @@ import { TUNNEL_NAMESPACE, UNAUTHORIZED } from '@home-hub-cloud/tunnel-contract'
 import type { DeviceMessage, DeviceToServerEvents, MessageAck, MessageToDevice, ServerToDeviceEvents, TunnelError } from '@home-hub-cloud/tunnel-contract';
 import { backoffDelay, realTimers, retryAfterDelay, type BackoffOptions, type Timers } from './timers';
 import { tokenTimes } from './token';
+import type { HttpFetch } from './http';
 
 export { backoffDelay, retryAfterDelay, realTimers, type BackoffOptions, type Timers } from './timers';
 export { tokenTimes, type TokenTimes } from './token';
+export { agentFetch, type AgentFetchOptions, type HttpFetch, type HttpRequestInit, type HttpResponse } from './http';
 
 /** Where the hub keeps its device token between runs (a file, a secure element, ...). */
 export interface TokenStore {
@@ -85,7 +87,8 @@ export interface HubClientOptions {
   readonly connectTimeoutMs?: number;
   readonly timers?: Timers;
   readonly random?: () => number;
-  readonly fetch?: typeof fetch;
+  /** HTTP for heartbeats and renewals (default the global `fetch`; `agentFetch()` for many hubs in one process). */
+  readonly fetch?: HttpFetch;
   /** The Socket.IO client (default `io` of `socket.io-client`). */
   readonly io?: SocketFactory;
 }
@@ -114,7 +117,7 @@ const DEFAULT_RETRY_AFTER = 10;
 export class HubClient {
   private readonly timers: Timers;
   private readonly random: () => number;
-  private readonly fetchImpl: typeof fetch;
+  private readonly fetchImpl: HttpFetch;
   private readonly base: string;
   private token: string | null = null;
   private socket: HubSocket | null = null;

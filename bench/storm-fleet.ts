@@ -47,9 +47,15 @@ function sourceAddress(worker: number, workers: number, i: number): string {
   return `127.1.${Math.floor(block / 250)}.${(block % 250) + 1}`;
 }
 
-/** socket.io-client's `io` with connections made from `localAddress` (engine.io-client passes it to `ws`, which gives it to `http.request`). */
+/**
+ * socket.io-client's `io` with connections made from `localAddress` (engine.io-client passes it
+ * to `ws`, which gives it to `http.request`), and without an HTTP agent: engine.io-client's
+ * default `agent: false` makes Node build a new `http.Agent` for every connection attempt
+ * (100–140 µs of CPU each here, `node:http` alone), a cost of running thousands of hubs in one
+ * process, which a hub on its own device pays once.
+ */
 function tunnelFrom(localAddress: string): (url: string, options: Partial<ManagerOptions & SocketOptions>) => ReturnType<typeof io> {
-  return (url, options) => io(url, { ...options, localAddress } as Partial<ManagerOptions & SocketOptions>);
+  return (url, options) => io(url, { ...options, localAddress, agent: undefined } as unknown as Partial<ManagerOptions & SocketOptions>);
 }
 
 /**

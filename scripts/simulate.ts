@@ -17,7 +17,7 @@
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { ApiError, AppClient, type AppTunnel } from '@home-hub-cloud/app-client';
-import { HubClient } from '@home-hub-cloud/hub-client';
+import { agentFetch, HubClient } from '@home-hub-cloud/hub-client';
 import type { MessageFromDevice } from '@home-hub-cloud/tunnel-contract';
 
 interface Options {
@@ -184,10 +184,12 @@ export async function simulate(options: Options, out: NodeJS.WritableStream = pr
   });
   out.write(`registered ${registered.length} hubs on ${options.email}\n`);
 
-  // 2. The hubs.
+  // 2. The hubs, their HTTP through one keep-alive agent (`agentFetch`: the global fetch costs
+  // many hubs in one process several times the CPU, and keeps a connection per waiting request).
+  const http = agentFetch();
   for (const { uuid, token } of registered) {
     let current = token;
-    const hub = new HubClient({ baseUrl: options.url, uuid, tokens: { load: () => current, save: (t) => void (current = t) }, heartbeatIntervalMs: options.heartbeatSeconds * 1000 });
+    const hub = new HubClient({ baseUrl: options.url, uuid, tokens: { load: () => current, save: (t) => void (current = t) }, heartbeatIntervalMs: options.heartbeatSeconds * 1000, fetch: http });
     hub.onMessage((message, reply) => {
       if (message.type === 'ping') void reply({ type: 'pong', payload: message.payload });
     });
@@ -289,6 +291,7 @@ export async function simulate(options: Options, out: NodeJS.WritableStream = pr
   await sleep(Math.min(2000, options.pingMs));
   for (const tunnel of tunnels) tunnel.close();
   for (const hub of hubs) hub.stop();
+  http.close();
   for (const what of unresolved.flat()) figures.fail(what);
   const elapsed = (Date.now() - started) / 1000;
   const sorted = [...figures.rtts].sort((a, b) => a - b);

@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { agentFetch, HubClient, type HubEvent, type HttpResponse } from '@home-hub-cloud/hub-client';
+import { agentFetch, HubClient, type HubEvent, type HttpFetch, type HttpResponse } from '@home-hub-cloud/hub-client';
 import { createUser, GENEROUS_RATE_LIMITS, startTestService, type TestService } from '../support/harness';
 import { deviceToken, registerHub } from '../support/tunnel';
 import { eventually } from '../support/client-timers';
@@ -53,13 +53,13 @@ test('the service answers agentFetch as it answers fetch: 200, 401 and 429 with 
   const owner = await createUser(service);
   const hub = await registerHub(service, owner);
   const token = await deviceToken(service, hub, owner);
-  const beat = (with_: typeof http, bearer: string, uuid = hub.uuid): Promise<HttpResponse> =>
+  const beat = (with_: HttpFetch, bearer: string, uuid = hub.uuid): Promise<HttpResponse> =>
     with_(`${service.baseUrl}/api/v1/devices/heartbeat/${uuid}`, {
       method: 'POST',
       headers: { Authorization: `Bearer ${bearer}`, 'Content-Type': 'application/json' },
       body: JSON.stringify({ ipAddress: '10.0.0.2' }),
     });
-  const global = (url: string, init: Parameters<typeof http>[1]): Promise<HttpResponse> => fetch(url, init);
+  const global: HttpFetch = (url, init) => fetch(url, init);
   // The limit is 2 a minute per device: one each, then one each over it.
   const pairs: Array<[Read, Read]> = [];
   for (let i = 0; i < 2; i++) pairs.push([await read(await beat(global, token)), await read(await beat(http, token))]);

@@ -200,6 +200,32 @@ describe('a connection straight over WebSocket', () => {
     expect(harness.engine.clientsCount).toBe(0);
   });
 
+  test('the service closing a connection its client is closing already ends the TCP socket no second time (each end after the first makes Node build an error with a stack)', async () => {
+    const { socket, frames } = await raw();
+    const id = (JSON.parse(frames[0]?.slice(1) ?? '{}') as { sid: string }).sid;
+    const connection = (harness.engine as unknown as { clients: Record<string, WebSocketConnection> }).clients[id] as WebSocketConnection;
+    const server = (connection as unknown as { websocket: WebSocket & { _socket: NetSocket } }).websocket;
+    const tcp = server._socket;
+    let ours = 0;
+    const end = tcp.end.bind(tcp);
+    tcp.end = ((...args: Parameters<NetSocket['end']>) => {
+      // Ends asked by the tunnel's engine while the socket is ended already (`ws`'s own are its affair).
+      if (tcp.writableEnded && /src\/tunnel\/engine\.ts/.test(new Error().stack ?? '')) ours++;
+      return end(...args);
+    }) as NetSocket['end'];
+    // The client sends its close frame and reads nothing more: the service's `ws` answers it,
+    // ends its side and stays closing, waiting for the client's end.
+    socket.close();
+    (socket as unknown as { _socket: NetSocket })._socket.pause();
+    await until('the service closing, its TCP side ended', () => server.readyState === WebSocket.CLOSING && tcp.writableEnded);
+    const reasons: string[] = [];
+    connection.on('close', (why: string) => reasons.push(why));
+    connection.close();
+    expect(reasons).toEqual(['forced close']);
+    expect(harness.engine.clientsCount).toBe(0);
+    expect(ours).toBe(0);
+  });
+
   test('a message over the largest payload closes the connection, as engine.io\'s does', async () => {
     const socket = client(['websocket']);
     await until('connected', () => socket.connected);

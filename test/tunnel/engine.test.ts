@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { Writable } from 'node:stream';
 import { createServer, type Server as HttpServer } from 'node:http';
 import type { AddressInfo, Socket as NetSocket } from 'node:net';
 import { Server, type ServerOptions, type Socket } from 'socket.io';
@@ -224,6 +225,33 @@ describe('a connection straight over WebSocket', () => {
     expect(reasons).toEqual(['forced close']);
     expect(harness.engine.clientsCount).toBe(0);
     expect(ours).toBe(0);
+  });
+
+  test('a client closing cleanly: the receiver is ended once (ws ends it again when the TCP socket closes; Node would build an error with a stack)', async () => {
+    const { socket, frames } = await raw();
+    const id = (JSON.parse(frames[0]?.slice(1) ?? '{}') as { sid: string }).sid;
+    const connection = (harness.engine as unknown as { clients: Record<string, WebSocketConnection> }).clients[id] as WebSocketConnection;
+    const server = (connection as unknown as { websocket: WebSocket & { _receiver: Writable } }).websocket;
+    const receiver = server._receiver;
+    const writableEnd = Writable.prototype.end;
+    let ends = 0;
+    let again = 0;
+    const spy = jest.spyOn(Writable.prototype, 'end').mockImplementation(function (this: Writable, ...args: unknown[]) {
+      if (this === receiver) {
+        ends++;
+        if (this.writableEnded) again++;
+      }
+      return (writableEnd as (...a: unknown[]) => Writable).apply(this, args);
+    });
+    try {
+      const closed = new Promise<void>((resolve) => server.once('close', () => resolve()));
+      socket.close();
+      await closed;
+    } finally {
+      spy.mockRestore();
+    }
+    expect(ends).toBe(1);
+    expect(again).toBe(0);
   });
 
   test('a message over the largest payload closes the connection, as engine.io\'s does', async () => {

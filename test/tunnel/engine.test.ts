@@ -85,6 +85,13 @@ async function raw(): Promise<{ socket: WebSocket; frames: string[]; closed: Pro
   return { socket, frames, closed };
 }
 
+/** The service's side of a raw connection (its id is in the open packet): the connection and its `ws` WebSocket. */
+function serverSideOf(frames: string[]): { connection: WebSocketConnection; server: WebSocket & { _socket: NetSocket; _receiver: Writable } } {
+  const id = (JSON.parse(frames[0]?.slice(1) ?? '{}') as { sid: string }).sid;
+  const connection = (harness.engine as unknown as { clients: Record<string, WebSocketConnection> }).clients[id] as WebSocketConnection;
+  return { connection, server: (connection as unknown as { websocket: WebSocket & { _socket: NetSocket; _receiver: Writable } }).websocket };
+}
+
 describe('a connection straight over WebSocket', () => {
   test('the 101 answer and the open packet go out in one write', async () => {
     // Every write the server makes on the upgraded TCP connection, as the chunks it hands the socket at once.
@@ -203,9 +210,7 @@ describe('a connection straight over WebSocket', () => {
 
   test('the service closing a connection its client is closing already ends the TCP socket no second time (each end after the first makes Node build an error with a stack)', async () => {
     const { socket, frames } = await raw();
-    const id = (JSON.parse(frames[0]?.slice(1) ?? '{}') as { sid: string }).sid;
-    const connection = (harness.engine as unknown as { clients: Record<string, WebSocketConnection> }).clients[id] as WebSocketConnection;
-    const server = (connection as unknown as { websocket: WebSocket & { _socket: NetSocket } }).websocket;
+    const { connection, server } = serverSideOf(frames);
     const tcp = server._socket;
     let ours = 0;
     const end = tcp.end.bind(tcp);
@@ -229,9 +234,7 @@ describe('a connection straight over WebSocket', () => {
 
   test('a client closing cleanly: the receiver is ended once (ws ends it again when the TCP socket closes; Node would build an error with a stack)', async () => {
     const { socket, frames } = await raw();
-    const id = (JSON.parse(frames[0]?.slice(1) ?? '{}') as { sid: string }).sid;
-    const connection = (harness.engine as unknown as { clients: Record<string, WebSocketConnection> }).clients[id] as WebSocketConnection;
-    const server = (connection as unknown as { websocket: WebSocket & { _receiver: Writable } }).websocket;
+    const { server } = serverSideOf(frames);
     const receiver = server._receiver;
     const writableEnd = Writable.prototype.end;
     let ends = 0;

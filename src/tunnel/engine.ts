@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Server as EngineServer, type ErrorCallback, type ServerOptions, type Socket as EngineSocket } from 'engine.io';
 import { WebSocket } from 'ws';
+import { connectionId } from './connection-ids';
 import { opensOwnConnection, TunnelWebSocket } from './websocket';
 
 /**
@@ -355,6 +356,11 @@ export class TunnelEngine extends EngineServer {
   /** The tick a ping's pong is due by, `pingTimeout` on (`extra` ticks more when not counted from a tick). */
   pongDue(extra: 0 | 1): number {
     return this.tick + Math.ceil(this.opts.pingTimeout / this.tickMs) + extra;
+  }
+
+  /** Every connection's id, engine.io's and this engine's own (src/tunnel/connection-ids.ts). */
+  override generateId(_request?: IncomingMessage): string {
+    return connectionId();
   }
 
   forget(connection: WebSocketConnection): void {

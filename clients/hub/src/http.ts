@@ -46,26 +46,78 @@ export interface AgentFetchOptions {
   readonly maxBodyBytes?: number;
 }
 
+/** Answer bodies are UTF-8, as fetch's json() reads them: a byte order mark dropped, bytes that are not UTF-8 as U+FFFD. */
+const utf8 = new TextDecoder();
+
 function headerOf(message: IncomingMessage, name: string): string | null {
-  const value = message.headers[name.toLowerCase()];
-  if (value === undefined) return null;
-  return Array.isArray(value) ? value.join(', ') : value;
+  // Every value of a repeated header, joined as fetch's Headers.get joins them (`message.headers`
+  // keeps only the first of some, Retry-After among them).
+  return message.headersDistinct[name.toLowerCase()]?.join(', ') ?? null;
 }
 
-/** An `HttpFetch` over one keep-alive agent (`maxFreeSockets` idle connections, `maxSockets` in all). */
+/**
+ * The requests waiting on each abort signal, behind one listener per signal: one signal may be
+ * shared by thousands of requests at once, as fetch allows, and a listener each would warn
+ * (MaxListenersExceededWarning) from the eleventh on.
+ */
+const waitingOn = new WeakMap<AbortSignal, { readonly aborts: Set<() => void>; readonly fire: () => void }>();
+
+/** Calls `abort` once `signal` aborts; the returned function stops waiting. */
+function whenAborted(signal: AbortSignal, abort: () => void): () => void {
+  let waiting = waitingOn.get(signal);
+  if (waiting === undefined) {
+    const aborts = new Set<() => void>();
+    const fire = (): void => {
+      waitingOn.delete(signal);
+      for (const each of [...aborts]) each();
+    };
+    waiting = { aborts, fire };
+    waitingOn.set(signal, waiting);
+    signal.addEventListener('abort', fire, { once: true });
+  }
+  const { aborts, fire } = waiting;
+  aborts.add(abort);
+  return () => {
+    aborts.delete(abort);
+    if (aborts.size === 0 && waitingOn.get(signal)?.fire === fire) {
+      waitingOn.delete(signal);
+      signal.removeEventListener('abort', fire);
+    }
+  };
+}
+
+/**
+ * An idle connection is closed after this long (fetch's own default), or a second before the
+ * server said it closes it (`Keep-Alive: timeout=N`; node's agent reads that hint only when it
+ * has a timeout of its own). A connection the server is closing as a request goes out on it
+ * loses the request; a load balancer closes idle connections without saying when.
+ */
+const IDLE_MS = 4000;
+
+/**
+ * An `HttpFetch` over one keep-alive agent (`maxFreeSockets` idle connections, `maxSockets` in all).
+ * Unlike fetch, it follows no redirect (the answer is the redirect) and asks for no compression.
+ * `close()` ends the requests in flight and refuses later ones.
+ */
 export function agentFetch(options: AgentFetchOptions = {}): HttpFetch & { readonly close: () => void } {
   const agentOptions = {
     keepAlive: true,
     maxSockets: options.maxSockets ?? Infinity,
     maxFreeSockets: options.maxFreeSockets ?? 256,
+    // For idle connections only: node's agent closes a connection on its timeout only while idle.
+    timeout: IDLE_MS,
     ...(options.localAddress !== undefined ? { localAddress: options.localAddress } : {}),
   };
   const plain = new HttpAgent(agentOptions);
   const secure = new HttpsAgent(agentOptions);
   const maxBody = options.maxBodyBytes ?? 1024 * 1024;
+  /** How to end each request not settled yet (its signal's abort, or close()). */
+  const unsettled = new Set<(reason: unknown) => void>();
+  let closed = false;
 
   const send = (url: string, init: HttpRequestInit): Promise<HttpResponse> =>
     new Promise((resolve, reject) => {
+      if (closed) return reject(new Error('agentFetch closed'));
       const target = new URL(url);
       const tls = target.protocol === 'https:';
       if (!tls && target.protocol !== 'http:') return reject(new TypeError(`unsupported protocol ${target.protocol}`));
@@ -74,44 +126,57 @@ export function agentFetch(options: AgentFetchOptions = {}): HttpFetch & { reado
       const headers: Record<string, string | number> = { ...init.headers };
       if (init.body !== undefined) headers['Content-Length'] = Buffer.byteLength(init.body);
       const req = (tls ? httpsRequest : httpRequest)(target, { method: init.method, headers, agent: tls ? secure : plain });
-      const onAbort = (): void => {
-        req.destroy(signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
+      let response: IncomingMessage | null = null;
+
+      // Ends the call with `reason` at once, as fetch does: also a request still waiting for a
+      // connection, whose own error would come only once a connection frees. The request is
+      // destroyed without an error: its answer may be whole already, its connection no longer
+      // listened to for errors, and an error there would end the process.
+      const end = (reason: unknown): void => {
+        settled();
+        reject(reason);
+        req.destroy();
       };
-      signal?.addEventListener('abort', onAbort, { once: true });
-      const settled = (): void => signal?.removeEventListener('abort', onAbort);
+      const stopWaiting = signal === undefined ? () => undefined : whenAborted(signal, () => end(signal.reason));
+      unsettled.add(end);
+      const settled = (): void => {
+        stopWaiting();
+        unsettled.delete(end);
+      };
+
       req.on('error', (error) => {
+        // Once the whole answer is in, what breaks is the connection (bytes past its Content-Length): the answer stands.
+        if (response?.complete === true) return;
         settled();
         reject(error);
       });
       req.on('response', (res) => {
+        response = res;
         const chunks: Buffer[] = [];
         let size = 0;
-        res.on('data', (chunk: Buffer) => {
-          size += chunk.length;
-          if (size > maxBody) {
-            req.destroy(new Error(`answer body over ${maxBody} bytes`));
-            return;
-          }
-          chunks.push(chunk);
-        });
-        res.on('error', (error) => {
+        const answer = (body: () => unknown): void => {
           settled();
-          reject(error);
-        });
-        res.on('end', () => {
-          settled();
-          const text = Buffer.concat(chunks).toString('utf8');
           resolve({
             status: res.statusCode ?? 0,
             headers: { get: (name) => headerOf(res, name) },
-            json: () => new Promise((ok, fail) => {
-              try {
-                ok(JSON.parse(text) as unknown);
-              } catch (error) {
-                fail(error);
-              }
-            }),
+            json: () => new Promise((ok) => ok(body())),
           });
+        };
+        res.on('data', (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > maxBody) return end(new Error(`answer body over ${maxBody} bytes`));
+          chunks.push(chunk);
+        });
+        // The body broke off (the connection closed mid-body): as with fetch, the status and
+        // headers stand and json() fails.
+        res.on('error', (error) =>
+          answer(() => {
+            throw error;
+          }),
+        );
+        res.on('end', () => {
+          const text = utf8.decode(Buffer.concat(chunks));
+          answer(() => JSON.parse(text) as unknown);
         });
       });
       req.end(init.body);
@@ -119,8 +184,17 @@ export function agentFetch(options: AgentFetchOptions = {}): HttpFetch & { reado
 
   return Object.assign(send, {
     close: (): void => {
-      plain.destroy();
-      secure.destroy();
+      closed = true;
+      for (const end of [...unsettled]) end(new Error('agentFetch closed'));
+      for (const agent of [plain, secure]) {
+        // The requests ended while waiting for a connection stay in the agent's queue, and the
+        // agent opens a connection for them whenever one closes: it opens none any more.
+        agent.createConnection = (_options, done) => {
+          done?.(new Error('agentFetch closed'), undefined as never);
+          return undefined;
+        };
+        agent.destroy();
+      }
     },
   });
 }

@@ -102,7 +102,7 @@ async function main(): Promise<void> {
     connectionsOpenedPerRound: { fetch: median(opened.fetch), agentFetch: median(opened.agentFetch) },
     everyRound: { cpu, opened },
   };
-  console.log(JSON.stringify(result, (_k, v: unknown) => (typeof v === 'number' ? Math.round(v * 10) / 10 : v), 2));
+  console.log(JSON.stringify(result, (key, v: unknown) => (typeof v === 'number' && key !== 'ratio' ? Math.round(v * 10) / 10 : v), 2));
 }
 
 main().catch((error: unknown) => {

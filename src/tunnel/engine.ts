@@ -209,11 +209,11 @@ export class WebSocketConnection {
     this.engine.forget(this);
     this.writeBuffer = [];
     this.callbacks = null;
-    // `ws` sends its closing frame; its listeners stay, so an error is never unheard. Once closing,
-    // `ws` finishes on its own: asked again, it ends its TCP socket again, and Node makes (and
+    // `ws` sends its closing frame; its listeners stay, so an error is never unheard. A closing
+    // `ws` is not asked to close again: it would end its TCP socket again, and Node makes (and
     // drops) an error with a full stack for each end after the first (a storm's thousands of
-    // closes a second spent about 1.4 % of the service's CPU on them). Closing after the
-    // client's end (no close frame), it has no deadline: it is given `ws`'s own.
+    // closes a second spent about 1.4 % of the service's CPU on them). It is only given `ws`'s
+    // own deadline when it has none (closing at the client's end, without a close frame).
     if (this.websocket.readyState === WebSocket.OPEN) this.websocket.close();
     else this.websocket.closeWithin();
     this.emit('close', reason, description);

@@ -1,13 +1,13 @@
-import { createServer, type Server as HttpServer } from 'node:http';
-import type { AddressInfo, Socket as NetSocket } from 'node:net';
+import type { Socket as NetSocket } from 'node:net';
 import type { Writable } from 'node:stream';
-import { Server, type ServerOptions, type Socket } from 'socket.io';
+import type { ServerOptions, Socket } from 'socket.io';
 import { io as connectClient, type Socket as ClientSocket } from 'socket.io-client';
 import WebSocket, { type ServerOptions as WsServerOptions } from 'ws';
 import { handshakeError } from '../../src/tunnel/connection';
-import { TunnelEngine, type WebSocketConnection } from '../../src/tunnel/engine';
+import type { WebSocketConnection } from '../../src/tunnel/engine';
 import { RateLimitedHandshake } from '../../src/tunnel/handshake-limit';
 import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
+import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
 
 /**
  * Attacks on how the tunnel's own WebSocket connection closes (src/tunnel/engine.ts: `ws` is
@@ -30,11 +30,7 @@ class ShortCloseWebSocketServer extends TunnelWebSocketServer {
 
 type ServerWebSocket = WebSocket & { _socket: NetSocket; _receiver: Writable };
 
-interface Harness {
-  readonly http: HttpServer;
-  readonly io: Server;
-  readonly engine: TunnelEngine;
-  readonly url: string;
+interface Harness extends EngineServer {
   readonly connected: Socket[];
   /** Why each Socket.IO socket disconnected, in order. */
   readonly reasons: string[];
@@ -49,20 +45,15 @@ const raws: WebSocket[] = [];
 const clients: ClientSocket[] = [];
 
 beforeEach(async () => {
-  const http = createServer();
   const options: Partial<ServerOptions> = { path: '/socket.io', pingInterval: PING_INTERVAL, pingTimeout: PING_TIMEOUT, perMessageDeflate: false, wsEngine: ShortCloseWebSocketServer, maxHttpBufferSize: 1e6 };
-  const io = new Server(options);
-  const engine = new TunnelEngine(options);
-  engine.attach(http, options);
-  io.bind(engine);
+  const server = await startEngineServer(options);
   const refusals: Record<string, () => Error> = {};
-  io.use((socket, next) => {
+  server.io.use((socket, next) => {
     const refuse = refusals[String((socket.handshake.auth as { kind?: unknown }).kind)];
     next(refuse?.());
   });
-  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
-  harness = { http, io, engine, url: `http://127.0.0.1:${(http.address() as AddressInfo).port}`, connected: [], reasons: [], hits: 0, refusals };
-  io.on('connection', (socket) => {
+  harness = { ...server, connected: [], reasons: [], hits: 0, refusals };
+  server.io.on('connection', (socket) => {
     harness.connected.push(socket);
     socket.on('disconnect', (reason) => harness.reasons.push(reason));
     socket.on('hit', () => harness.hits++);
@@ -72,9 +63,7 @@ beforeEach(async () => {
 afterEach(async () => {
   for (const client of clients.splice(0)) client.close();
   for (const raw of raws.splice(0)) raw.terminate();
-  harness.engine.close();
-  harness.http.closeAllConnections();
-  await new Promise<void>((resolve) => harness.http.close(() => resolve()));
+  await stopEngineServer(harness);
 });
 
 async function until<T>(what: string, read: () => T | undefined | false, timeoutMs = 4000): Promise<T> {
@@ -112,6 +101,12 @@ interface Joined {
 }
 
 /** A raw client that joined the main namespace, and the service's side of it. */
+/** The service lets the connection go: its TCP side destroyed (by ws's close timer at the latest), then ws closed. */
+async function letGo(client: Joined): Promise<void> {
+  await until('the service\'s TCP side destroyed', () => client.serverTcp.destroyed, CLOSE_TIMEOUT + 3000);
+  await wsClosed(client.server);
+}
+
 async function joined(): Promise<Joined> {
   const { socket, frames } = rawClient();
   await until('the open packet', () => frames.length > 0);
@@ -205,8 +200,7 @@ describe('the closing handshake (ws asked to close only while open)', () => {
     expect(client.closes).toEqual(['transport error']);
     expect(harness.reasons).toEqual(['server namespace disconnect']);
     expect(harness.engine.clientsCount).toBe(0);
-    await until('the service\'s TCP side destroyed', () => client.serverTcp.destroyed, CLOSE_TIMEOUT + 3000);
-    await wsClosed(client.server);
+    await letGo(client);
     expect(client.closes).toEqual(['transport error']);
   });
 
@@ -218,8 +212,7 @@ describe('the closing handshake (ws asked to close only while open)', () => {
     expect(client.closes).toEqual(['forced close']);
     expect(client.server.readyState).toBe(WebSocket.CLOSING);
     expect(harness.engine.clientsCount).toBe(0);
-    await until('the service\'s TCP side destroyed', () => client.serverTcp.destroyed, CLOSE_TIMEOUT + 3000);
-    await wsClosed(client.server);
+    await letGo(client);
     expect(client.closes).toEqual(['forced close']);
   });
 
@@ -235,8 +228,7 @@ describe('the closing handshake (ws asked to close only while open)', () => {
     await until('the connection closed', () => client.closes[0], CLOSE_TIMEOUT + 3000);
     expect(client.closes.length).toBe(1);
     expect(harness.engine.clientsCount).toBe(0);
-    await until('the service\'s TCP side destroyed', () => client.serverTcp.destroyed, CLOSE_TIMEOUT + 3000);
-    await wsClosed(client.server);
+    await letGo(client);
     expect(client.closes.length).toBe(1);
   });
 
@@ -304,8 +296,7 @@ describe('the closing handshake (ws asked to close only while open)', () => {
     client.tcp.write(clientFrame(0x1, '42["hit"]', false));
     await until('ws\'s error', () => errors[0]);
     expect(errors[0]?.message).toMatch(/MASK/);
-    await until('the service\'s TCP side destroyed', () => client.serverTcp.destroyed, CLOSE_TIMEOUT + 3000);
-    await wsClosed(client.server);
+    await letGo(client);
     expect(harness.hits).toBe(0);
     expect(client.closes).toEqual(['forced close']);
   });

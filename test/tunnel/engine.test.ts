@@ -1,12 +1,12 @@
 import { EventEmitter } from 'node:events';
 import { Writable } from 'node:stream';
-import { createServer, type Server as HttpServer } from 'node:http';
-import type { AddressInfo, Socket as NetSocket } from 'node:net';
-import { Server, type ServerOptions, type Socket } from 'socket.io';
+import type { Socket as NetSocket } from 'node:net';
+import type { ServerOptions, Socket } from 'socket.io';
 import { io as connectClient, type Socket as ClientSocket } from 'socket.io-client';
 import WebSocket from 'ws';
-import { TunnelEngine, WebSocketConnection } from '../../src/tunnel/engine';
+import { WebSocketConnection } from '../../src/tunnel/engine';
 import { compactListeners, TunnelWebSocketServer } from '../../src/tunnel/websocket';
+import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
 
 /**
  * The tunnel's engine (src/tunnel/engine.ts): a connection that comes straight over WebSocket
@@ -19,11 +19,7 @@ import { compactListeners, TunnelWebSocketServer } from '../../src/tunnel/websoc
 const PING_INTERVAL = 200;
 const PING_TIMEOUT = 300;
 
-interface Harness {
-  readonly http: HttpServer;
-  readonly io: Server;
-  readonly engine: TunnelEngine;
-  readonly url: string;
+interface Harness extends EngineServer {
   /** Server-side sockets as they connect, and why each disconnected. */
   readonly connected: Socket[];
   readonly reasons: string[];
@@ -34,28 +30,22 @@ const clients: ClientSocket[] = [];
 const raws: WebSocket[] = [];
 
 beforeEach(async () => {
-  const http = createServer();
   const options: Partial<ServerOptions> = { path: '/socket.io', pingInterval: PING_INTERVAL, pingTimeout: PING_TIMEOUT, perMessageDeflate: false, wsEngine: TunnelWebSocketServer, maxHttpBufferSize: 4096 };
-  const io = new Server(options);
-  const engine = new TunnelEngine(options);
-  engine.attach(http, options);
-  io.bind(engine);
+  const server = await startEngineServer(options);
   const connected: Socket[] = [];
   const reasons: string[] = [];
-  io.on('connection', (socket) => {
+  server.io.on('connection', (socket) => {
     connected.push(socket);
     socket.on('disconnect', (reason) => reasons.push(reason));
     socket.on('echo', (payload: unknown, ack: (answer: unknown) => void) => ack(payload));
   });
-  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
-  harness = { http, io, engine, url: `http://127.0.0.1:${(http.address() as AddressInfo).port}`, connected, reasons };
+  harness = { ...server, connected, reasons };
 });
 
 afterEach(async () => {
   for (const client of clients.splice(0)) client.close();
   for (const raw of raws.splice(0)) raw.terminate();
-  harness.engine.close();
-  await new Promise<void>((resolve) => harness.http.close(() => resolve()));
+  await stopEngineServer(harness);
 });
 
 async function until<T>(what: string, read: () => T | undefined, timeoutMs = 3000): Promise<T> {

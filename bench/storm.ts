@@ -61,6 +61,8 @@ const DEVICES_PER_OWNER = 50;
 const HISTORY = Number(process.env.BENCH_HISTORY ?? 0);
 /** Extra Node options of the service (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`). */
 const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
+/** Extra Node options of the embedded service started again after the kill only (e.g. `--cpu-prof`: a profile of the crash start and the storm alone). */
+const RESTART_ARGS = (process.env.BENCH_RESTART_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** Extra Node options of the fleet's workers (e.g. `--cpu-prof --cpu-prof-dir=/tmp/fleet-prof`). */
 const FLEET_ARGS = (process.env.BENCH_FLEET_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** `memory`: stop after the idle hubs are measured (the service gets SIGTERM: a CPU profile is written). */
@@ -179,9 +181,9 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-function startService(env: Record<string, string>, port: number, cwd: string): Service {
+function startService(env: Record<string, string>, port: number, cwd: string, extraArgs: readonly string[] = []): Service {
   const probe = GC_PROBE ? ['--expose-gc', '--import', pathToFileURL(join(__dirname, 'gc-probe.mjs')).href] : [];
-  const node = [process.execPath, '--heapsnapshot-signal=SIGUSR2', ...probe, ...SERVICE_ARGS, join(DIST, 'main.js')];
+  const node = [process.execPath, '--heapsnapshot-signal=SIGUSR2', ...probe, ...SERVICE_ARGS, ...extraArgs, join(DIST, 'main.js')];
   // taskset execs node: the child's pid is the service's.
   const [command = process.execPath, ...args] = PIN ? ['taskset', '-c', SERVICE_CPUS, ...node] : node;
   const child = spawn(command, args, {
@@ -596,7 +598,7 @@ async function embedded(): Promise<void> {
     const killedAt = Date.now();
     service.child.kill('SIGKILL');
     await service.exited;
-    service = startService(env, port, cwd);
+    service = startService(env, port, cwd, RESTART_ARGS);
     const restarted = service;
     const busy = cpuTimeline(() => restarted.child.pid ?? 0, fleet, killedAt, baseUrl);
     const health = await until('health after the kill', async () => ((await answers(`${baseUrl}/api/v1/health`)) ? Date.now() - killedAt : undefined), 20);
@@ -751,11 +753,22 @@ async function distributed(): Promise<void> {
     live = [portA, portB];
     fleet.mark();
     const killedAt = Date.now();
+    // What the handover cost: B's own CPU, and every process's (the stand-ins and the fleet share the machine).
+    const survivorBefore = cpuSeconds(b.child.pid ?? 0);
+    const machineBefore = machineCpuSeconds();
     a.child.kill('SIGKILL');
     await a.exited;
     live = [portB];
     const allBack = await until('every hub served by B', () => (fleet.total('back') >= HUBS ? Date.now() - killedAt : undefined), 100);
-    console.log(JSON.stringify({ mode: 'distributed', hubs: HUBS, allHubsOnTheOtherAfterKillMs: allBack, gaveUp: fleet.stopped(), refusals: fleet.refused(), loadavg: loadavg() }, null, 2));
+    const survivorCpuMsPerHub = Number((((cpuSeconds(b.child.pid ?? 0) - survivorBefore) * 1000) / HUBS).toFixed(2));
+    const machineCpuMsPerHub = Number((((machineCpuSeconds() - machineBefore) * 1000) / HUBS).toFixed(2));
+    console.log(
+      JSON.stringify(
+        { mode: 'distributed', hubs: HUBS, allHubsOnTheOtherAfterKillMs: allBack, survivorCpuMsPerHub, machineCpuMsPerHub, gaveUp: fleet.stopped(), refusals: fleet.refused(), loadavg: loadavg() },
+        null,
+        2,
+      ),
+    );
     await fleet.stop();
     lb.close();
     b.child.kill('SIGTERM');

@@ -4,6 +4,7 @@ import type { Logger } from '../logger';
 import { openMongoCredentialStore } from '../infra/credentials/mongo';
 import { createEsdbEventStore } from '../infra/eventstore/esdb';
 import { SUBSCRIBER_OPTIONS } from '../infra/redis-subscriber';
+import { coalesceWrites } from '../infra/redis-writes';
 import { instrumentEventStore, type AppendObserver } from '../infra/eventstore/instrumented';
 import { derivePrivacyKeys } from '../privacy/crypto';
 import { createPrivateEventStore } from '../privacy/event-store';
@@ -24,8 +25,9 @@ const START_PROBE_STREAM = 'hhc-start-probe';
  */
 export async function connectDistributedInfrastructure(config: DistributedConfig, logger: Logger, appends: AppendObserver): Promise<Infrastructure> {
   const redisOptions = { maxRetriesPerRequest: null, lazyConnect: false } as const;
-  const redis = new Redis(config.redisUrl, redisOptions);
-  const subscriber = new Redis(config.redisUrl, { ...redisOptions, ...SUBSCRIBER_OPTIONS });
+  // The commands of one turn of the event loop leave in one write (redis-writes.ts).
+  const redis = coalesceWrites(new Redis(config.redisUrl, redisOptions));
+  const subscriber = coalesceWrites(new Redis(config.redisUrl, { ...redisOptions, ...SUBSCRIBER_OPTIONS }));
   redis.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis connection error'));
   subscriber.on('error', (error: Error) => logger.warn({ err: error.message }, 'redis subscriber connection error'));
   // Each store answers before the start goes on, or the start stops naming it (store-probes.ts).

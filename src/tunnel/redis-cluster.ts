@@ -4,6 +4,7 @@ import { createAdapter, createShardedAdapter } from '@socket.io/redis-adapter';
 import type { Namespace } from 'socket.io';
 import type { Logger } from '../logger';
 import { SUBSCRIBER_OPTIONS } from '../infra/redis-subscriber';
+import { coalesceWrites } from '../infra/redis-writes';
 import type { ClusterNotice, DeviceClaim, GoneDevice, RemoteDevice, TunnelCluster } from './cluster';
 import { startLiveness } from './cluster-liveness';
 
@@ -147,8 +148,10 @@ export async function createRedisCluster(options: RedisClusterOptions): Promise<
   // Adapter commands must never reject (the adapters do not always catch): while Redis is
   // away they wait in the offline queue, and broadcasts resume when it is back.
   const redisOptions: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, lazyConnect: false };
-  const pub = withDeviceScripts(new Redis(options.url, { ...redisOptions, connectionName: `${prefix}:pub` }));
-  const sub = new Redis(options.url, { ...redisOptions, ...SUBSCRIBER_OPTIONS, connectionName: `${prefix}:sub` });
+  // A handshake's claims, publications and subscriptions, and those of the other handshakes of
+  // the same turn, leave in one write per connection (src/infra/redis-writes.ts).
+  const pub = coalesceWrites(withDeviceScripts(new Redis(options.url, { ...redisOptions, connectionName: `${prefix}:pub` })));
+  const sub = coalesceWrites(new Redis(options.url, { ...redisOptions, ...SUBSCRIBER_OPTIONS, connectionName: `${prefix}:sub` }));
   pub.on('error', (error: Error) => options.logger.warn({ err: error.message }, 'tunnel redis connection error'));
   sub.on('error', (error: Error) => options.logger.warn({ err: error.message }, 'tunnel redis subscriber connection error'));
   try {

@@ -1,4 +1,12 @@
+import { executionAsyncResource } from 'node:async_hooks';
 import type Redis from 'ioredis';
+
+/**
+ * Whether the code running is a `setImmediate` callback: the event loop is in its check
+ * phase, and an immediate scheduled now would run only in the next turn, after that turn's
+ * timers and I/O callbacks.
+ */
+const inImmediate = (): boolean => (executionAsyncResource() as { constructor?: { name?: string } } | undefined)?.constructor?.name === 'Immediate';
 
 /**
  * The commands a Redis connection sends in one turn of the event loop go to the kernel in one
@@ -14,6 +22,10 @@ import type Redis from 'ioredis';
  * nothing else changes: each command is sent and answered as before, only later within the
  * same turn (ioredis's auto-pipelining, which builds a pipeline per turn and keeps one in
  * flight, made the failover slower: bench/README.md).
+ *
+ * A command made in a `setImmediate` callback (the watermark's and the revocations' publishes
+ * are) would wait a whole turn for an immediate scheduled then: its socket is uncorked at the
+ * end of that callback instead (`process.nextTick`), still in the check phase.
  *
  * Only the connection's own socket is corked, and only while it is ready; commands queued
  * offline and pipelines go out as ioredis sends them.
@@ -32,7 +44,8 @@ export function coalesceWrites<T extends Redis>(client: T): T {
       if (stream.writable) {
         corked = stream;
         stream.cork();
-        setImmediate(uncork);
+        if (inImmediate()) process.nextTick(uncork);
+        else setImmediate(uncork);
       }
     }
     return send(...args);

@@ -13,6 +13,7 @@
  * keeps the file it is written through.
  */
 import * as path from 'node:path';
+import { BlockCache, type BlockSource } from './block-cache';
 import { readFully } from './files';
 import type { StoreFile, StoreIo } from './io';
 import { SEGMENT_HEADER_SIZE } from './record-format';
@@ -44,15 +45,22 @@ export function locatorOf(table: SegmentTable): CompactedLocator {
   return { offsets: table.offsets.subarray(0, table.count), fileOffsets: table.fileOffsets.subarray(0, table.count) };
 }
 
-/** Keeps at most `limit` sealed segments' files open, closing the least recently read ones. */
+/**
+ * Keeps at most `limit` sealed segments' files open, closing the least recently read ones;
+ * and the blocks last read for single records, for every segment (block-cache.ts).
+ */
 export class HandlePool {
   private readonly recent = new Set<Segment>();
+  readonly blocks: BlockCache;
 
   constructor(
     /** Sealed segments open their files through it. */
     readonly io: StoreIo,
     private readonly limit = 64,
-  ) {}
+    blocks = new BlockCache(),
+  ) {
+    this.blocks = blocks;
+  }
 
   touch(segment: Segment): void {
     this.recent.delete(segment);
@@ -66,6 +74,7 @@ export class HandlePool {
 
   forget(segment: Segment): void {
     this.recent.delete(segment);
+    this.blocks.forget(segment);
   }
 }
 
@@ -86,7 +95,7 @@ export function segmentIndexAt(segments: readonly { readonly base: number }[], p
   return found;
 }
 
-export class Segment {
+export class Segment implements BlockSource {
   /** Bytes of complete, durable records (header included). */
   size: number;
   recordCount = 0;
@@ -183,7 +192,14 @@ export class Segment {
     return floor - this.base;
   }
 
+  /** Bytes of the file; a short read (a record's) from the blocks kept when a record near it was read lately. */
   read(offset: number, length: number): Promise<Buffer> {
+    if (this.retired) return Promise.reject(new Error('segment was replaced'));
+    return this.pool.blocks.read(this, offset, length);
+  }
+
+  /** Bytes of the file, read from it. */
+  readFile(offset: number, length: number): Promise<Buffer> {
     if (this.retired) return Promise.reject(new Error('segment was replaced'));
     const read = this.openReader().then((handle) => readFully(handle, offset, length));
     this.inFlight.add(read);

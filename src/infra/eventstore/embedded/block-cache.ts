@@ -17,6 +17,8 @@
  * (an erased person's old plaintext) stays reachable from here.
  */
 
+import { ownBytes } from './own-bytes';
+
 export const BLOCK_SIZE = 64 * 1024;
 /** Reads up to this length are served from blocks; longer ones (scans, compaction) go to the file. */
 export const BLOCK_READ_MAX = 16 * 1024;
@@ -44,6 +46,8 @@ export class BlockCache {
 
   /** Bytes [offset, offset + length) of the segment, all below its size; from a block when one holds them. */
   async read(segment: BlockSource, offset: number, length: number): Promise<Buffer> {
+    // Nothing to read: no block is fetched for it (an empty one would take the place of another).
+    if (length <= 0) return Buffer.alloc(0);
     // A long read, or one past the segment's durable bytes, goes to the file.
     if (length > BLOCK_READ_MAX || offset + length > segment.size) return segment.readFile(offset, length);
     const block = Math.floor(offset / BLOCK_SIZE);
@@ -95,8 +99,13 @@ export class BlockCache {
     // Only durable bytes: those below the size the segment has now.
     const length = Math.min(BLOCK_SIZE, segment.size - start);
     const read = segment.readFile(start, length).then((bytes) => {
-      if (!segment.retired && bytes.length === length) this.put(segment, block, bytes);
-      return bytes;
+      if (segment.retired || bytes.length !== length) return bytes;
+      // Memory of its own: a short block (the end of a small segment) is read into one of Node's
+      // shared 8 KiB pool slabs, and kept as it is it would keep all of it reachable — bytes of
+      // other reads, a retired segment's (an erased person's old plaintext) among them.
+      const kept = ownBytes(bytes);
+      this.put(segment, block, kept);
+      return kept;
     });
     if (pending === undefined) this.fetching.set(segment, (pending = new Map()));
     pending.set(block, read);

@@ -138,6 +138,21 @@ test('at most `capacity` blocks are kept, the least recently read let go first',
   expect(segment.reads.length).toBe(before + 1);
 });
 
+test("a large record's head is not kept: its block goes when the record is read whole, unless other reads used it", async () => {
+  const segment = new FakeSegment(file(4 * BLOCK_SIZE), 4 * BLOCK_SIZE);
+  const cache = new BlockCache();
+  // A record of 100 KiB at 1,000: read ahead 4 KiB (its head, through block 0), then whole.
+  await cache.read(segment, 1000, 4096);
+  expect(cache.size).toBe(1);
+  expect((await cache.read(segment, 1000, 100 * 1024)).equals(segment.bytes.subarray(1000, 1000 + 100 * 1024))).toBe(true);
+  expect(cache.size).toBe(0);
+  // Block 3 holds small records read twice: a large record starting there does not take it away.
+  await cache.read(segment, 3 * BLOCK_SIZE + 10, 300);
+  await cache.read(segment, 3 * BLOCK_SIZE + 400, 300);
+  await cache.read(segment, 3 * BLOCK_SIZE + 800, 20 * 1024);
+  expect(cache.size).toBe(1);
+});
+
 describe('the embedded log with it', () => {
   let dir: string;
   beforeEach(() => (dir = mkdtempSync(join(tmpdir(), 'hhc-block-cache-'))));

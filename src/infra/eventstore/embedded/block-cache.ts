@@ -39,6 +39,8 @@ export class BlockCache {
   private readonly bySegment = new Map<BlockSource, Map<number, Buffer>>();
   private readonly order = new Map<string, { readonly segment: BlockSource; readonly block: number }>();
   private readonly fetching = new Map<BlockSource, Map<number, Promise<Buffer>>>();
+  /** Blocks (by `order`'s key) no read has used since the one that fetched them. */
+  private readonly unused = new Set<string>();
   private readonly ids = new WeakMap<BlockSource, number>();
   private nextId = 0;
 
@@ -49,7 +51,12 @@ export class BlockCache {
     // Nothing to read: no block is fetched for it (an empty one would take the place of another).
     if (length <= 0) return Buffer.alloc(0);
     // A long read, or one past the segment's durable bytes, goes to the file.
-    if (length > BLOCK_READ_MAX || offset + length > segment.size) return segment.readFile(offset, length);
+    if (length > BLOCK_READ_MAX || offset + length > segment.size) {
+      // A large record: its first bytes were read through a block that nothing else has used.
+      // That block only held the record's head: let it go rather than keep it for its 64 KiB.
+      if (length > BLOCK_READ_MAX) this.dropUnused(segment, Math.floor(offset / BLOCK_SIZE));
+      return segment.readFile(offset, length);
+    }
     const block = Math.floor(offset / BLOCK_SIZE);
     const start = block * BLOCK_SIZE;
     const end = offset + length;
@@ -63,7 +70,11 @@ export class BlockCache {
   forget(segment: BlockSource): void {
     const blocks = this.bySegment.get(segment);
     if (blocks === undefined) return;
-    for (const block of blocks.keys()) this.order.delete(this.key(segment, block));
+    for (const block of blocks.keys()) {
+      const key = this.key(segment, block);
+      this.order.delete(key);
+      this.unused.delete(key);
+    }
     this.bySegment.delete(segment);
   }
 
@@ -87,7 +98,22 @@ export class BlockCache {
       this.order.delete(key);
       this.order.set(key, entry);
     }
+    this.unused.delete(key);
     return bytes;
+  }
+
+  private dropUnused(segment: BlockSource, block: number): void {
+    const key = this.key(segment, block);
+    if (!this.unused.has(key)) return;
+    this.evict(key, segment, block);
+  }
+
+  private evict(key: string, segment: BlockSource, block: number): void {
+    this.order.delete(key);
+    this.unused.delete(key);
+    const blocks = this.bySegment.get(segment);
+    blocks?.delete(block);
+    if (blocks?.size === 0) this.bySegment.delete(segment);
   }
 
   private fetch(segment: BlockSource, block: number, needed: number): Promise<Buffer> {
@@ -126,12 +152,10 @@ export class BlockCache {
     const key = this.key(segment, block);
     this.order.delete(key);
     this.order.set(key, { segment, block });
+    this.unused.add(key);
     while (this.order.size > this.capacity) {
       const [oldestKey, oldest] = this.order.entries().next().value as [string, { segment: BlockSource; block: number }];
-      this.order.delete(oldestKey);
-      const of = this.bySegment.get(oldest.segment);
-      of?.delete(oldest.block);
-      if (of?.size === 0) this.bySegment.delete(oldest.segment);
+      this.evict(oldestKey, oldest.segment, oldest.block);
     }
   }
 

@@ -25,7 +25,9 @@ const inImmediate = (): boolean => (executionAsyncResource() as { constructor?: 
  *
  * A command made in a `setImmediate` callback (the watermark's and the revocations' publishes
  * are) would wait a whole turn for an immediate scheduled then: its socket is uncorked at the
- * end of that callback instead (`process.nextTick`), still in the check phase.
+ * end of that callback instead (`process.nextTick`), still in the check phase. One phase is
+ * left: a command made in a socket's `close` handler leaves in the next turn's check phase
+ * (test/review/coalesce-writes-attacks.test.ts holds that bound).
  *
  * Only the connection's own socket is corked, and only while it is ready; commands queued
  * offline and pipelines go out as ioredis sends them.

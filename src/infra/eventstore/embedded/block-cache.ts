@@ -15,6 +15,10 @@
  * `Segment` in its place). A block keeps only bytes below the size its segment had when it was
  * read, and a segment's blocks are dropped when it is retired, so no byte of a replaced file
  * (an erased person's old plaintext) stays reachable from here.
+ *
+ * A record larger than a short read is read ahead 4 KiB first (record-cursor.ts), then whole
+ * from the file: the block fetched for its head is let go then, unless another read used it,
+ * so that reading large events (an export, an audit) does not fill the cache with their heads.
  */
 
 import { ownBytes } from './own-bytes';

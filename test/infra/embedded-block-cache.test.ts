@@ -3,34 +3,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { openEmbeddedEventStore } from '../../src/infra/eventstore/embedded';
-import { BLOCK_READ_MAX, BLOCK_SIZE, BlockCache, type BlockSource } from '../../src/infra/eventstore/embedded/block-cache';
+import { BLOCK_READ_MAX, BLOCK_SIZE, BlockCache } from '../../src/infra/eventstore/embedded/block-cache';
 import { nodeIo, type StoreFile, type StoreIo } from '../../src/infra/eventstore/embedded/io';
 import type { EventStore, RecordedEvent } from '../../src/infra/eventstore/port';
+import { FakeSegment } from '../support/fake-segment';
 
 /**
  * The blocks of segment files kept for reads of single records (block-cache.ts): the bytes
  * handed out are the file's, only durable bytes are kept, a retired segment's are dropped.
  */
-
-/** A segment file in memory: `size` durable bytes of `bytes`, every read of the file counted. */
-class FakeSegment implements BlockSource {
-  retired = false;
-  reads: Array<{ offset: number; length: number }> = [];
-  failNext = false;
-  constructor(
-    public bytes: Buffer,
-    public size: number,
-  ) {}
-  readFile(offset: number, length: number): Promise<Buffer> {
-    this.reads.push({ offset, length });
-    if (this.failNext) {
-      this.failNext = false;
-      return Promise.reject(new Error('EIO'));
-    }
-    // A copy, as a read of the file gives: later writes to `bytes` must not show through.
-    return new Promise((resolve) => setImmediate(() => resolve(Buffer.from(this.bytes.subarray(offset, Math.min(offset + length, this.bytes.length))))));
-  }
-}
 
 const file = (size: number): Buffer => randomBytes(size);
 
@@ -103,7 +84,7 @@ test('reads of one block at the same time share one read of the file', async () 
 test('a failed read of the file is not kept: the next read tries the file again', async () => {
   const segment = new FakeSegment(file(BLOCK_SIZE), BLOCK_SIZE);
   const cache = new BlockCache();
-  segment.failNext = true;
+  segment.failNext = new Error('EIO');
   await expect(cache.read(segment, 0, 100)).rejects.toThrow('EIO');
   expect((await cache.read(segment, 0, 100)).equals(segment.bytes.subarray(0, 100))).toBe(true);
   expect(segment.reads).toHaveLength(2);

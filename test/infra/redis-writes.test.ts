@@ -1,6 +1,6 @@
 import Redis from 'ioredis';
 import { coalesceWrites } from '../../src/infra/redis-writes';
-import { startPrivateRedis, type PrivateRedis } from '../support/redis';
+import { readsProcessed, startPrivateRedis, type PrivateRedis } from '../support/redis';
 
 /**
  * One write per turn of the event loop (src/infra/redis-writes.ts), on a private Redis: what
@@ -16,13 +16,6 @@ const connect = async (coalesced: boolean): Promise<Redis> => {
   clients.push(client);
   if (client.status !== 'ready') await new Promise((resolve) => client.once('ready', resolve));
   return client;
-};
-
-const readsProcessed = async (probe: Redis): Promise<number> => {
-  const stats = await probe.info('stats');
-  const match = /total_reads_processed:(\d+)/.exec(stats);
-  if (match === null) throw new Error('no total_reads_processed in INFO stats');
-  return Number(match[1]);
 };
 
 /** Redis's reads while `work` runs, less the probe's own INFO. */

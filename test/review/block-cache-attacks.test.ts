@@ -14,52 +14,18 @@ import type { NewEvent, RecordedEvent } from '../../src/infra/eventstore/port';
 import { newEvent, readAll } from '../contract/eventstore.contract';
 import { Rng } from '../sim/rng';
 import { NO_FAULTS, SimFs } from '../sim/sim-fs';
+import { FakeSegment } from '../support/fake-segment';
 
 const meta = { occurredAt: '2026-11-27T10:00:00.000Z', actor: { type: 'system' as const, id: 'review' }, requestId: 'r', causationId: 'c', correlationId: 'r' };
 
 /** The blocks a store's cache holds now, with the segment each belongs to. */
 function heldBlocks(store: EmbeddedEventStore): Array<{ segment: BlockSource; bytes: Buffer }> {
-  const cache = (store as unknown as { pool: HandlePool }).pool.blocks;
-  const bySegment = (cache as unknown as { bySegment: Map<BlockSource, Map<number, Buffer>> }).bySegment;
-  return [...bySegment].flatMap(([segment, blocks]) => [...blocks.values()].map((bytes) => ({ segment, bytes })));
+  return (store as unknown as { pool: HandlePool }).pool.blocks.held();
 }
 
 /** Every byte a held block keeps reachable: the whole memory it is a view of. */
 function reachable(bytes: Buffer): Buffer {
   return Buffer.from(bytes.buffer, 0, bytes.buffer.byteLength);
-}
-
-/** A segment file in memory: `size` durable bytes of `bytes`, reads counted, reads that are paused until released. */
-class FakeSegment implements BlockSource {
-  retired = false;
-  reads: Array<{ offset: number; length: number }> = [];
-  failNext: Error | null = null;
-  private held: Array<() => void> | null = null;
-  constructor(
-    public bytes: Buffer,
-    public size: number,
-  ) {}
-  hold(): void {
-    this.held = [];
-  }
-  release(): void {
-    const held = this.held ?? [];
-    this.held = null;
-    for (const go of held) go();
-  }
-  readFile(offset: number, length: number): Promise<Buffer> {
-    this.reads.push({ offset, length });
-    if (this.failNext !== null) {
-      const error = this.failNext;
-      this.failNext = null;
-      return Promise.reject(error);
-    }
-    // What the file holds when the read is made (a copy).
-    const copy = Buffer.from(this.bytes.subarray(offset, Math.min(offset + length, this.bytes.length)));
-    if (this.held === null) return Promise.resolve(copy);
-    const held = this.held;
-    return new Promise((resolve) => held.push(() => resolve(copy)));
-  }
 }
 
 describe('the block cache alone', () => {

@@ -1,7 +1,7 @@
 import { Socket } from 'node:net';
 import Redis, { Command, type RedisOptions } from 'ioredis';
 import { coalesceWrites } from '../../src/infra/redis-writes';
-import { startPrivateRedis, type PrivateRedis } from '../support/redis';
+import { readsProcessed, startPrivateRedis, type PrivateRedis } from '../support/redis';
 
 /**
  * Attacks on one write per turn (src/infra/redis-writes.ts), on a private Redis: every
@@ -76,7 +76,7 @@ describe('a lone command leaves within the turn it was made in', () => {
   test('several made in one setImmediate callback still leave together', async () => {
     const client = await connect(true);
     const probe = await connect(false);
-    const readsBefore = Number(/total_reads_processed:(\d+)/.exec(await probe.info('stats'))?.[1]);
+    const readsBefore = await readsProcessed(probe);
     const answers = await new Promise<number[]>((resolve, reject) => {
       setImmediate(() => {
         Promise.all(Array.from({ length: 50 }, () => client.incr('immediate-batch')))
@@ -84,7 +84,7 @@ describe('a lone command leaves within the turn it was made in', () => {
           .catch(reject);
       });
     });
-    const readsAfter = Number(/total_reads_processed:(\d+)/.exec(await probe.info('stats'))?.[1]);
+    const readsAfter = await readsProcessed(probe);
     expect(answers).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
     expect(readsAfter - readsBefore - 1).toBeLessThanOrEqual(2);
   });

@@ -5,6 +5,13 @@ import { join } from 'node:path';
 import { createConnection } from 'node:net';
 import { freePort } from './ports';
 
+/** The reads Redis has made from its clients' sockets (`INFO stats`): what a batch of commands cost it in system calls. */
+export async function readsProcessed(client: { info(section: 'stats'): Promise<string> }): Promise<number> {
+  const match = /total_reads_processed:(\d+)/.exec(await client.info('stats'));
+  if (match === null) throw new Error('no total_reads_processed in INFO stats');
+  return Number(match[1]);
+}
+
 export interface PrivateRedis {
   readonly url: string;
   readonly port: number;

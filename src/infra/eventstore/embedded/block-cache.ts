@@ -38,13 +38,19 @@ export interface BlockSource {
   readFile(offset: number, length: number): Promise<Buffer>;
 }
 
+/** A kept block. */
+interface Kept {
+  readonly segment: BlockSource;
+  readonly block: number;
+  readonly bytes: Buffer;
+  /** Whether a read used it since the one that fetched it. */
+  used: boolean;
+}
+
 export class BlockCache {
-  /** Blocks by segment, then by block number; `order` keeps them least recently used first. */
-  private readonly bySegment = new Map<BlockSource, Map<number, Buffer>>();
-  private readonly order = new Map<string, { readonly segment: BlockSource; readonly block: number }>();
-  private readonly fetching = new Map<BlockSource, Map<number, Promise<Buffer>>>();
-  /** Blocks (by `order`'s key) no read has used since the one that fetched them. */
-  private readonly unused = new Set<string>();
+  /** The blocks kept, least recently used first (a Map keeps insertion order). */
+  private readonly kept = new Map<string, Kept>();
+  private readonly fetching = new Map<string, Promise<Buffer>>();
   private readonly ids = new WeakMap<BlockSource, number>();
   private nextId = 0;
 
@@ -54,14 +60,15 @@ export class BlockCache {
   async read(segment: BlockSource, offset: number, length: number): Promise<Buffer> {
     // Nothing to read: no block is fetched for it (an empty one would take the place of another).
     if (length <= 0) return Buffer.alloc(0);
+    const block = Math.floor(offset / BLOCK_SIZE);
     // A long read, or one past the segment's durable bytes, goes to the file.
     if (length > BLOCK_READ_MAX || offset + length > segment.size) {
       // A large record: its first bytes were read through a block that nothing else has used.
       // That block only held the record's head: let it go rather than keep it for its 64 KiB.
-      if (length > BLOCK_READ_MAX) this.dropUnused(segment, Math.floor(offset / BLOCK_SIZE));
+      const head = this.kept.get(this.key(segment, block));
+      if (length > BLOCK_READ_MAX && head !== undefined && !head.used) this.kept.delete(this.key(segment, block));
       return segment.readFile(offset, length);
     }
-    const block = Math.floor(offset / BLOCK_SIZE);
     const start = block * BLOCK_SIZE;
     const end = offset + length;
     if (end <= start + BLOCK_SIZE) return (await this.block(segment, block, end - start)).subarray(offset - start, end - start);
@@ -72,57 +79,34 @@ export class BlockCache {
 
   /** Drops every block of a segment (retired: replaced by a compacted copy, or closed). */
   forget(segment: BlockSource): void {
-    const blocks = this.bySegment.get(segment);
-    if (blocks === undefined) return;
-    for (const block of blocks.keys()) {
-      const key = this.key(segment, block);
-      this.order.delete(key);
-      this.unused.delete(key);
-    }
-    this.bySegment.delete(segment);
+    for (const [key, kept] of this.kept) if (kept.segment === segment) this.kept.delete(key);
+  }
+
+  /** The blocks held now, with their segments (tests). */
+  held(): Array<{ readonly segment: BlockSource; readonly bytes: Buffer }> {
+    return [...this.kept.values()].map(({ segment, bytes }) => ({ segment, bytes }));
   }
 
   /** Blocks held now (tests). */
   get size(): number {
-    return this.order.size;
+    return this.kept.size;
   }
 
   /** A block holding at least its first `needed` bytes. */
   private async block(segment: BlockSource, block: number, needed: number): Promise<Buffer> {
-    const bytes = this.get(segment, block);
-    return bytes !== undefined && bytes.length >= needed ? bytes : this.fetch(segment, block, needed);
-  }
-
-  private get(segment: BlockSource, block: number): Buffer | undefined {
-    const bytes = this.bySegment.get(segment)?.get(block);
-    if (bytes === undefined) return undefined;
     const key = this.key(segment, block);
-    const entry = this.order.get(key);
-    if (entry !== undefined) {
-      this.order.delete(key);
-      this.order.set(key, entry);
-    }
-    this.unused.delete(key);
-    return bytes;
-  }
-
-  private dropUnused(segment: BlockSource, block: number): void {
-    const key = this.key(segment, block);
-    if (!this.unused.has(key)) return;
-    this.evict(key, segment, block);
-  }
-
-  private evict(key: string, segment: BlockSource, block: number): void {
-    this.order.delete(key);
-    this.unused.delete(key);
-    const blocks = this.bySegment.get(segment);
-    blocks?.delete(block);
-    if (blocks?.size === 0) this.bySegment.delete(segment);
+    const kept = this.kept.get(key);
+    if (kept === undefined || kept.bytes.length < needed) return this.fetch(segment, block, needed);
+    // The most recently used now.
+    this.kept.delete(key);
+    this.kept.set(key, kept);
+    kept.used = true;
+    return kept.bytes;
   }
 
   private fetch(segment: BlockSource, block: number, needed: number): Promise<Buffer> {
-    let pending = this.fetching.get(segment);
-    const inFlight = pending?.get(block);
+    const key = this.key(segment, block);
+    const inFlight = this.fetching.get(key);
     // Reads of one block at the same time share one read of the file, if it reaches far enough.
     if (inFlight !== undefined) return inFlight.then((bytes) => (bytes.length >= needed ? bytes : this.fetch(segment, block, needed)));
     const start = block * BLOCK_SIZE;
@@ -133,34 +117,18 @@ export class BlockCache {
       // Memory of its own: a short block (the end of a small segment) is read into one of Node's
       // shared 8 KiB pool slabs, and kept as it is it would keep all of it reachable — bytes of
       // other reads, a retired segment's (an erased person's old plaintext) among them.
-      const kept = ownBytes(bytes);
-      this.put(segment, block, kept);
-      return kept;
+      const own = ownBytes(bytes);
+      this.kept.delete(key);
+      this.kept.set(key, { segment, block, bytes: own, used: false });
+      if (this.kept.size > this.capacity) this.kept.delete(this.kept.keys().next().value as string);
+      return own;
     });
-    if (pending === undefined) this.fetching.set(segment, (pending = new Map()));
-    pending.set(block, read);
+    this.fetching.set(key, read);
     const done = (): void => {
-      const blocks = this.fetching.get(segment);
-      if (blocks?.get(block) !== read) return;
-      blocks.delete(block);
-      if (blocks.size === 0) this.fetching.delete(segment);
+      if (this.fetching.get(key) === read) this.fetching.delete(key);
     };
     read.then(done, done);
     return read;
-  }
-
-  private put(segment: BlockSource, block: number, bytes: Buffer): void {
-    let blocks = this.bySegment.get(segment);
-    if (blocks === undefined) this.bySegment.set(segment, (blocks = new Map()));
-    blocks.set(block, bytes);
-    const key = this.key(segment, block);
-    this.order.delete(key);
-    this.order.set(key, { segment, block });
-    this.unused.add(key);
-    while (this.order.size > this.capacity) {
-      const [oldestKey, oldest] = this.order.entries().next().value as [string, { segment: BlockSource; block: number }];
-      this.evict(oldestKey, oldest.segment, oldest.block);
-    }
   }
 
   private key(segment: BlockSource, block: number): string {

@@ -415,7 +415,7 @@ async function admissionFigures(baseUrl: string): Promise<Record<string, number>
  * hubs back, this process's longest loop delay (ms), and the service's admission (admitted,
  * refused, of which with the loop late, the window, the pace refused hubs were spread at and the
  * event loop's longest delay, ms), as `second:service%/fleet%/back b<delay>[a admitted r refused
- * l late w window p pace d delay]`. A row without admission figures is a second whose scrape was
+ * l late w window p pace d delay q device handshakes waiting for their turn]`. A row without admission figures is a second whose scrape was
  * not answered within it: its admissions are in the next row that has them
  * (bench/storm-timeline.ts). Says who the storm waits for: a service idle while hubs are
  * missing waits for their backoff or bookings, or for a fleet that is out of CPU.

@@ -46,6 +46,8 @@ export interface AdmissionFigures {
   readonly window: number;
   /** Handshakes a second that refused hubs are spread at now (those refused while the loop is late: at most). */
   readonly pace: number;
+  /** Device handshakes waiting for their turn of the event loop (src/runtime/turns.ts). */
+  readonly waiting?: number;
 }
 
 /** Default metrics whose scrape costs a walk of every handle the process has open. */
@@ -145,7 +147,7 @@ export function createMetrics(): Metrics {
     }),
     tunnelAdmission: new Gauge({
       name: 'tunnel_device_handshake_admission',
-      help: 'Device handshake admission now: in_flight, window (the most in flight; -1: none), pace (handshakes a second refused hubs are spread at; those refused while the event loop is late, at most)',
+      help: 'Device handshake admission now: in_flight, window (the most in flight; -1: none), pace (handshakes a second refused hubs are spread at; those refused while the event loop is late, at most), waiting (for their turn of the event loop)',
       labelNames: ['measure'],
       collect() {
         const figures = sources.admission?.();
@@ -153,6 +155,7 @@ export function createMetrics(): Metrics {
         this.set({ measure: 'in_flight' }, figures.inFlight);
         this.set({ measure: 'window' }, Number.isFinite(figures.window) ? figures.window : -1);
         this.set({ measure: 'pace' }, figures.pace);
+        this.set({ measure: 'waiting' }, figures.waiting ?? 0);
       },
       ...on,
     }),

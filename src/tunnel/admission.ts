@@ -4,6 +4,7 @@ import type { TunnelNamespace, TunnelSocket } from './context';
 import { handshakeError } from './connection';
 import { RATE_LIMITED_HANDSHAKE } from './events';
 import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './handshake-limit';
+import type { Turns } from '../runtime/turns';
 
 /**
  * Handshake admission: the hubs of a fleet that lost the service at once (a crash, a deploy)
@@ -267,7 +268,7 @@ export interface AddressLimit {
  * (decisions §5: `rate_limited`, `data: {retryAfter}`, before any token check), without taking
  * a place of the pace or the window: one address sending junk does not keep the fleet out.
  */
-export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limit: AddressLimit): AdmittedHandshakes {
+export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limit: AddressLimit, turns?: Turns): AdmittedHandshakes {
   const admittedAt = new WeakMap<TunnelSocket, number>();
   const admit = (socket: TunnelSocket, next: (error?: Error) => void): void => {
     const retryAfter = admission.decide();
@@ -276,10 +277,10 @@ export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limi
       next();
     } else next(Object.assign(handshakeError(RATE_LIMITED, ADMISSION_MESSAGE), { data: { message: ADMISSION_MESSAGE, retryAfter } }));
   };
-  nsp.use((socket, next) => {
-    const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
-    if (presentsAccessToken(token)) {
-      next();
+  const decide = (socket: TunnelSocket, next: (error?: Error) => void): void => {
+    // Closed while it waited for its turn: Socket.IO ignores the answer, nothing to work out.
+    if (socket.conn.readyState !== 'open') {
+      next(handshakeError('unavailable', ADMISSION_MESSAGE));
       return;
     }
     // No upgrade request (a second namespace connection): the next step refuses it.
@@ -291,6 +292,16 @@ export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limi
     const decision = limit.handshakes.check(limit.clientIp(request));
     if (decision.allowed) admit(socket, next);
     else next(new RateLimitedHandshake(decision.retryAfter));
+  };
+  nsp.use((socket, next) => {
+    const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
+    if (presentsAccessToken(token)) {
+      next();
+      return;
+    }
+    // A few device handshakes a turn of the event loop, a person's requests read between them.
+    if (turns === undefined) decide(socket, next);
+    else turns.run(() => decide(socket, next));
   });
   return {
     settled(socket) {

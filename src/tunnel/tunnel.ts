@@ -12,6 +12,7 @@ import type { Logger } from '../logger';
 import type { AdmissionFigures, RelayDirection } from '../metrics';
 import { createDeviceAccess } from './access';
 import { admitHandshakes, createAdmission, startLoopDelayMonitor, type AdmissionOptions } from './admission';
+import { createTurns } from '../runtime/turns';
 import { createAppSockets } from './apps';
 import { createLocalCluster, type TunnelCluster } from './cluster';
 import type { RedisAdapterKind } from './redis-cluster';
@@ -177,7 +178,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const handshakes = deps.handshakeLimiter ?? unlimitedHandshakes;
   const clientIp = deps.clientIp ?? peerAddress;
   const admission = deps.admission !== undefined ? createAdmission({ loopDelay: loopDelay?.current, ...deps.admission }) : null;
-  const admitted = admission !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }) : null;
+  const turns = admission !== null ? createTurns() : null;
+  const admitted = admission !== null && turns !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }, turns) : null;
   const expiry = startExpirySweep(ctx, clock);
   acceptConnections(ctx, {
     tokens: deps.tokens,
@@ -224,7 +226,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
       for (const set of ctx.sessions.subscribers.values()) subscribedSessions += set.size;
       return { appSockets, deviceSockets: ctx.sessions.all.size - appSockets, subscriptions, subscribedSessions };
     },
-    admission: () => admission?.stats(),
+    admission: () => (admission === null ? undefined : { ...admission.stats(), waiting: turns?.stats().waiting ?? 0 }),
     close: async () => {
       if (closing) return;
       closing = true;

@@ -1,3 +1,7 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { HubClient, type HubEvent } from '@home-hub-cloud/hub-client';
 import { createAdmission, startLoopDelayMonitor } from '../../src/tunnel/admission';
 import { createUser, startTestService, type TestService } from '../support/harness';
@@ -279,6 +283,65 @@ describe('a clock stepped back', () => {
   });
 });
 
+/**
+ * Device handshakes in turns (src/runtime/turns.ts), the last test below: a person's request
+ * that arrives behind a burst of hub handshakes is answered after a few of them, not after all.
+ *
+ * A child process opens the hubs' WebSockets and an app's kept-alive HTTP connection. Once
+ * every WebSocket is open, this process (the service's) holds its event loop while the child
+ * sends every hub's `CONNECT` and then the app's `GET /devices`: the service finds them all
+ * readable at once, the app's last, as when a fleet comes back while a person uses the app.
+ * The child counts the hubs' answers that came before the app's.
+ */
+
+const HUBS = 300;
+
+const CHILD = `
+const net = require('net');
+const fs = require('fs');
+const WebSocket = require(process.argv[3]);
+const [port, token, , marker, hubs] = process.argv.slice(1);
+const app = net.connect(Number(port), '127.0.0.1');
+const request = 'GET /api/v1/devices HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer ' + token + '\\r\\n\\r\\n';
+let phase = 'warm', answers = 0, beforeApp = null, appText = '';
+app.on('data', (d) => {
+  appText += d;
+  if (!/\\r\\n0\\r\\n\\r\\n$|\\}$/.test(appText)) return;
+  const status = appText.slice(9, 12);
+  appText = '';
+  if (phase === 'warm') { phase = 'open'; openHubs(); return; }
+  beforeApp = answers;
+  if (status !== '200') { process.stdout.write('app answered ' + status + '\\n'); process.exit(1); }
+  done();
+});
+app.write(request);
+const sockets = [];
+function openHubs() {
+  let opened = 0;
+  for (let i = 0; i < Number(hubs); i++) {
+    const ws = new WebSocket('ws://127.0.0.1:' + port + '/socket.io/?EIO=4&transport=websocket');
+    sockets.push(ws);
+    ws.on('error', () => undefined);
+    ws.on('message', (data) => {
+      const text = data.toString();
+      if (text.startsWith('0')) { if (++opened === Number(hubs)) process.stdout.write('opened\\n'); return; }
+      if (text.startsWith('44/tunnel') || text.startsWith('40/tunnel')) { answers++; done(); }
+    });
+  }
+}
+process.stdin.on('data', () => {
+  let sent = 0;
+  for (const ws of sockets) ws.send('40/tunnel,{"token":"not-a-device-token"}', () => {
+    if (++sent === sockets.length) app.write(request, () => fs.writeFileSync(marker, 'sent'));
+  });
+});
+function done() {
+  if (beforeApp === null || answers < Number(hubs)) return;
+  process.stdout.write(JSON.stringify({ beforeApp, answers }) + '\\n');
+  process.exit(0);
+}
+`;
+
 describe('against the service', () => {
   let service: TestService;
   beforeAll(async () => {
@@ -321,6 +384,40 @@ describe('against the service', () => {
       expect(events.flat().filter((e) => e.type === 'reconnecting')).toEqual([{ type: 'reconnecting', attempt: 0, delayMs: 1500, cause: 'rate_limited' }]);
     } finally {
       for (const client of clients) client.stop();
+    }
+  });
+
+  test("an app's request behind 300 hub handshakes is answered after a few of them, not after all", async () => {
+    const owner = await createUser(service);
+    const dir = mkdtempSync(join(tmpdir(), 'handshake-turns-'));
+    const marker = join(dir, 'sent');
+    const port = new URL(service.baseUrl).port;
+    const child = spawn(process.execPath, ['-e', CHILD, port, owner.accessToken, require.resolve('ws'), marker, String(HUBS)], { stdio: ['pipe', 'pipe', 'inherit'] });
+    let out = '';
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    try {
+      await new Promise<void>((resolve, reject) => {
+        child.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          if (out.includes('opened\n')) resolve();
+        });
+        child.once('exit', () => reject(new Error(`the child left: ${out}`)));
+      });
+      child.stdin.write('go\n');
+      // The service's loop held until every CONNECT and the app's request are in its sockets.
+      const deadline = Date.now() + 20_000;
+      while (!existsSync(marker) && Date.now() < deadline) {
+        /* held on purpose */
+      }
+      expect(existsSync(marker)).toBe(true);
+      expect(await exited).toBe(0);
+      const result = JSON.parse(out.split('\n').find((line) => line.startsWith('{')) ?? '{}') as { beforeApp: number; answers: number };
+      expect(result.answers).toBe(HUBS);
+      // Without turns every one of the 300 is answered first: they were read first.
+      expect(result.beforeApp).toBeLessThan(HUBS / 3);
+    } finally {
+      child.kill();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -1,0 +1,149 @@
+/**
+ * Work taken a few pieces a turn of the event loop, so that what else is waiting (a person's
+ * request) is read between them.
+ *
+ * Node serves, in each turn of its event loop, every socket that has something to read, in the
+ * order they became readable: up to 48 batches of 1,024 before timers and `setImmediate`
+ * callbacks get their turn. When thousands of hubs come back at once, each sends its tunnel
+ * handshake as soon as its WebSocket is open, and every one of them is authenticated, folded and
+ * answered (or refused) in the same turn, ahead of a person's request that became readable after
+ * them. The storm bench measured that wait (bench/README.md, "Handshakes in turns"): an app's
+ * `GET /devices` answered 2.0–2.5 s after it was sent by a process that took under 30 ms to
+ * serve it once read, in a turn of the loop that ran 6.2 s without a timer.
+ *
+ * `run(job)` runs the job at once when nothing is waiting and fewer than `perTurn` jobs ran in
+ * this turn; else it waits its turn, first in first out, and the next turns (`setImmediate`:
+ * after the sockets read in this one) run up to `perTurn` of them each. `perTurn` follows how
+ * long the turns take: halved after a turn longer than `targetTurnMs`, one more after a shorter
+ * one, so a fast machine runs more of them a turn and a busy one fewer. No job waits longer than
+ * `maxWaitMs`: past it, it runs at the next turn whatever the count.
+ */
+
+export interface TurnsOptions {
+  /** Jobs run in the first turn of a burst (default 32). */
+  readonly initialPerTurn?: number;
+  /** Never fewer than this a turn (default 8): the work waiting always moves on. */
+  readonly minPerTurn?: number;
+  /** Never more than this a turn (default 1,024). */
+  readonly maxPerTurn?: number;
+  /** A turn of the event loop longer than this takes the count down by a quarter (default 80 ms). */
+  readonly targetTurnMs?: number;
+  /** A job that has waited this long runs at the next turn, besides the count (default 10 s; as many again as the count, at most). */
+  readonly maxWaitMs?: number;
+  /** The clock, ms (default `performance.now()`). */
+  readonly now?: () => number;
+}
+
+export interface TurnsStats {
+  /** Jobs waiting for their turn now. */
+  readonly waiting: number;
+  /** Jobs that may run in a turn now. */
+  readonly perTurn: number;
+  /** Jobs that waited for a later turn, since the start. */
+  readonly waited: number;
+  /** Of those, run because they had waited `maxWaitMs`. */
+  readonly overdue: number;
+}
+
+export interface Turns {
+  readonly run: (job: () => void) => void;
+  readonly stats: () => TurnsStats;
+}
+
+interface Waiting {
+  readonly job: () => void;
+  readonly since: number;
+}
+
+/** A first-in first-out queue without `Array.shift`'s copying. */
+class Queue {
+  private items: Array<Waiting | undefined> = [];
+  private head = 0;
+
+  get length(): number {
+    return this.items.length - this.head;
+  }
+
+  push(item: Waiting): void {
+    this.items.push(item);
+  }
+
+  peek(): Waiting | undefined {
+    return this.items[this.head];
+  }
+
+  shift(): Waiting | undefined {
+    const item = this.items[this.head];
+    this.items[this.head] = undefined;
+    this.head++;
+    if (this.head >= 1024 && this.head * 2 >= this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+    return item;
+  }
+}
+
+export function createTurns(options: TurnsOptions = {}): Turns {
+  const now = options.now ?? (() => performance.now());
+  const maxPerTurn = options.maxPerTurn ?? 1024;
+  const minPerTurn = Math.max(1, Math.min(maxPerTurn, options.minPerTurn ?? 8));
+  const targetTurnMs = options.targetTurnMs ?? 80;
+  const maxWaitMs = options.maxWaitMs ?? 10_000;
+  let perTurn = Math.max(minPerTurn, Math.min(maxPerTurn, options.initialPerTurn ?? 32));
+  let ranThisTurn = 0;
+  // When the last turn with jobs waiting began: the next one measures the turn between them.
+  let turnStartedAt: number | null = null;
+  let scheduled = false;
+  let waited = 0;
+  let overdue = 0;
+  const queue = new Queue();
+
+  const turn = (): void => {
+    scheduled = false;
+    const t = now();
+    // A job that throws ends this turn as any callback's exception would; the next still comes.
+    if (queue.length > 0) schedule();
+    if (turnStartedAt !== null) {
+      perTurn = t - turnStartedAt > targetTurnMs ? Math.max(minPerTurn, Math.floor(perTurn * 0.75)) : Math.min(maxPerTurn, perTurn + Math.ceil(perTurn / 16));
+    }
+    ranThisTurn = 0;
+    while (queue.length > 0 && ranThisTurn < perTurn) {
+      ranThisTurn++;
+      (queue.shift() as Waiting).job();
+    }
+    // Those that have waited too long, as many again at most: a backlog is not let go at once.
+    for (let head = queue.peek(), extra = 0; head !== undefined && extra < perTurn && t - head.since >= maxWaitMs; head = queue.peek(), extra++) {
+      overdue++;
+      (queue.shift() as Waiting).job();
+    }
+    if (queue.length > 0) {
+      turnStartedAt = t;
+    } else {
+      // The burst is over: the next one starts from the count this one reached.
+      turnStartedAt = null;
+    }
+  };
+
+  const schedule = (): void => {
+    if (scheduled) return;
+    scheduled = true;
+    setImmediate(turn);
+  };
+
+  return {
+    run(job) {
+      if (queue.length === 0 && ranThisTurn < perTurn) {
+        ranThisTurn++;
+        // The count is per turn: the next turn starts it again.
+        schedule();
+        job();
+        return;
+      }
+      waited++;
+      queue.push({ job, since: now() });
+      schedule();
+    },
+    stats: () => ({ waiting: queue.length, perTurn, waited, overdue }),
+  };
+}

@@ -1,0 +1,90 @@
+import { createTurns } from '../../src/runtime/turns';
+
+/** Turns of the event loop, counted by a `setImmediate` chain started before the jobs. */
+function turnCounter(): { readonly current: () => number; readonly stop: () => void } {
+  let turns = 0;
+  let running = true;
+  const tick = (): void => {
+    turns++;
+    if (running) setImmediate(tick);
+  };
+  setImmediate(tick);
+  return { current: () => turns, stop: () => (running = false) };
+}
+
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+async function until(check: () => boolean, turns = 10_000): Promise<void> {
+  for (let i = 0; i < turns && !check(); i++) await nextTurn();
+  expect(check()).toBe(true);
+}
+
+describe('createTurns', () => {
+  test('with nothing waiting a job runs at once, in the caller', () => {
+    const turns = createTurns();
+    let ran = false;
+    turns.run(() => (ran = true));
+    expect(ran).toBe(true);
+    expect(turns.stats()).toMatchObject({ waiting: 0, waited: 0 });
+  });
+
+  test('a burst runs a few a turn, first in first out, every job once', async () => {
+    const counter = turnCounter();
+    const turns = createTurns({ initialPerTurn: 4, minPerTurn: 4, targetTurnMs: 60_000 });
+    const ran: Array<{ job: number; turn: number }> = [];
+    for (let i = 0; i < 100; i++) turns.run(() => ran.push({ job: i, turn: counter.current() }));
+    try {
+      // The first four in the caller's turn, the rest later.
+      expect(ran.map((r) => r.job)).toEqual([0, 1, 2, 3]);
+      expect(turns.stats().waiting).toBe(96);
+      await until(() => ran.length === 100);
+      expect(ran.map((r) => r.job)).toEqual([...Array(100).keys()]);
+      const perTurn = new Map<number, number>();
+      for (const r of ran) perTurn.set(r.turn, (perTurn.get(r.turn) ?? 0) + 1);
+      // Four in the caller's turn and four in the first turn after it; then each short turn adds a sixteenth (at least one).
+      expect([...perTurn.values()].slice(0, 6)).toEqual([4, 4, 5, 6, 7, 8]);
+      expect(turns.stats()).toMatchObject({ waiting: 0, waited: 96, overdue: 0 });
+    } finally {
+      counter.stop();
+    }
+  });
+
+  test('after a turn longer than the target the count goes down by a quarter, never below the least', async () => {
+    const turns = createTurns({ initialPerTurn: 64, minPerTurn: 8, targetTurnMs: 5 });
+    let ran = 0;
+    // Each job is 1 ms of work: 64 of them make a 64 ms turn.
+    const job = (): void => {
+      const until = performance.now() + 1;
+      while (performance.now() < until) {
+        /* a handshake's work */
+      }
+      ran++;
+    };
+    for (let i = 0; i < 300; i++) turns.run(job);
+    const seen: number[] = [];
+    while (ran < 300) {
+      await nextTurn();
+      seen.push(turns.stats().perTurn);
+    }
+    expect(seen[1]).toBe(48);
+    expect(seen[2]).toBe(36);
+    expect(Math.min(...seen)).toBe(8);
+  });
+
+  test('a job that has waited maxWaitMs runs at the next turn besides the count, as many again at most', async () => {
+    let clock = 0;
+    const turns = createTurns({ initialPerTurn: 2, minPerTurn: 2, maxPerTurn: 2, targetTurnMs: 60_000, maxWaitMs: 1000, now: () => clock });
+    let ran = 0;
+    for (let i = 0; i < 40; i++) turns.run(() => ran++);
+    expect(ran).toBe(2);
+    await nextTurn();
+    expect(ran).toBe(4);
+    clock += 1000;
+    await nextTurn();
+    // Two in their turn, and two of those overdue.
+    expect(ran).toBe(8);
+    expect(turns.stats().overdue).toBe(2);
+    await until(() => ran === 40);
+    expect(turns.stats().waiting).toBe(0);
+  });
+});

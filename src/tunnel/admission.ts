@@ -2,7 +2,8 @@ import { unverifiedTokenType } from '../auth/tokens';
 import type { AdmissionFigures } from '../metrics';
 import type { TunnelNamespace, TunnelSocket } from './context';
 import { handshakeError } from './connection';
-import { RATE_LIMITED_HANDSHAKE } from './events';
+import { RATE_LIMITED_HANDSHAKE, UNAUTHORIZED } from './events';
+import { TUNNEL_MESSAGES } from './errors';
 import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './handshake-limit';
 import type { Turns } from '../runtime/turns';
 
@@ -270,6 +271,8 @@ export interface AddressLimit {
  */
 export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limit: AddressLimit, turns?: Turns): AdmittedHandshakes {
   const admittedAt = new WeakMap<TunnelSocket, number>();
+  // The transports with a device handshake waiting for its turn.
+  const waiting = new WeakSet<TunnelSocket['conn']>();
   const admit = (socket: TunnelSocket, next: (error?: Error) => void): void => {
     const retryAfter = admission.decide();
     if (retryAfter === null) {
@@ -300,8 +303,23 @@ export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limi
       return;
     }
     // A few device handshakes a turn of the event loop, a person's requests read between them.
-    if (turns === undefined) decide(socket, next);
-    else turns.run(() => decide(socket, next));
+    if (turns === undefined) {
+      decide(socket, next);
+      return;
+    }
+    // One waiting per transport: Socket.IO runs this for every CONNECT a transport sends before
+    // its first is answered, and a CONNECT that waits costs its reader next to nothing: one
+    // WebSocket would otherwise queue thousands ahead of every hub, each holding a socket.
+    const transport = socket.conn;
+    if (waiting.has(transport)) {
+      next(handshakeError(UNAUTHORIZED, TUNNEL_MESSAGES.unavailable));
+      return;
+    }
+    waiting.add(transport);
+    turns.run(() => {
+      waiting.delete(transport);
+      decide(socket, next);
+    });
   });
   return {
     settled(socket) {

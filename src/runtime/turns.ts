@@ -14,9 +14,10 @@
  * `run(job)` runs the job at once when nothing is waiting and fewer than `perTurn` jobs ran in
  * this turn; else it waits its turn, first in first out, and the next turns (`setImmediate`:
  * after the sockets read in this one) run up to `perTurn` of them each. `perTurn` follows how
- * long the turns take: halved after a turn longer than `targetTurnMs`, one more after a shorter
- * one, so a fast machine runs more of them a turn and a busy one fewer. No job waits longer than
- * `maxWaitMs`: past it, it runs at the next turn whatever the count.
+ * long the turns take: down a quarter after a turn longer than `targetTurnMs`, up a sixteenth
+ * after a shorter one, so a fast machine runs more of them a turn and a busy one fewer. A job
+ * that has waited `maxWaitMs` runs at the next turn besides the count (as many again as the
+ * count at most: behind a longer backlog of them, it waits longer).
  */
 
 export interface TurnsOptions {
@@ -86,7 +87,8 @@ class Queue {
 
 export function createTurns(options: TurnsOptions = {}): Turns {
   const now = options.now ?? (() => performance.now());
-  const maxPerTurn = options.maxPerTurn ?? 1024;
+  // At least one a turn: a count of none would never run a job again, and spin a turn each time.
+  const maxPerTurn = Math.max(1, options.maxPerTurn ?? 1024);
   const minPerTurn = Math.max(1, Math.min(maxPerTurn, options.minPerTurn ?? 8));
   const targetTurnMs = options.targetTurnMs ?? 80;
   const maxWaitMs = options.maxWaitMs ?? 10_000;

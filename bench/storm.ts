@@ -63,6 +63,13 @@ const HISTORY = Number(process.env.BENCH_HISTORY ?? 0);
 const SERVICE_ARGS = (process.env.BENCH_SERVICE_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** Extra Node options of the embedded service started again after the kill only (e.g. `--cpu-prof`: a profile of the crash start and the storm alone). */
 const RESTART_ARGS = (process.env.BENCH_RESTART_ARGS ?? '').split(' ').filter((a) => a.length > 0);
+/** More of the service's environment, `NAME=value` separated by spaces (BENCH_SERVICE_ENV, none): e.g. `TUNNEL_HANDSHAKES_PER_SECOND=2000`. */
+const SERVICE_ENV = Object.fromEntries(
+  (process.env.BENCH_SERVICE_ENV ?? '')
+    .split(' ')
+    .filter((a) => a.includes('='))
+    .map((a) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)]),
+);
 /** Extra Node options of the fleet's workers (e.g. `--cpu-prof --cpu-prof-dir=/tmp/fleet-prof`). */
 const FLEET_ARGS = (process.env.BENCH_FLEET_ARGS ?? '').split(' ').filter((a) => a.length > 0);
 /** `memory`: stop after the idle hubs are measured (the service gets SIGTERM: a CPU profile is written). */
@@ -188,7 +195,7 @@ function startService(env: Record<string, string>, port: number, cwd: string, ex
   const [command = process.execPath, ...args] = PIN ? ['taskset', '-c', SERVICE_CPUS, ...node] : node;
   const child = spawn(command, args, {
     cwd,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: GENEROUS, MAX_DEVICES_PER_USER: '1000', ...SECRETS, ...env },
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: GENEROUS, MAX_DEVICES_PER_USER: '1000', ...SECRETS, ...SERVICE_ENV, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   const exited = new Promise<void>((r) => child.once('exit', () => r()));

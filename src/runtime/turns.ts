@@ -8,8 +8,8 @@
  * handshake as soon as its WebSocket is open, and every one of them is authenticated, folded and
  * answered (or refused) in the same turn, ahead of a person's request that became readable after
  * them. The storm bench measured that wait (bench/README.md, "Handshakes in turns"): an app's
- * `GET /devices` answered 2.0–2.5 s after it was sent by a process that took under 30 ms to
- * serve it once read, in a turn of the loop that ran 6.2 s without a timer.
+ * `GET /devices` answered 1.9–2.5 s after it was sent by a process that took under 30 ms to
+ * serve it once read, in turns of the loop that ran 5.6–6.9 s without a timer.
  *
  * `run(job)` runs the job at once when nothing is waiting and fewer than `perTurn` jobs ran in
  * this turn; else it waits its turn, first in first out, and the next turns (`setImmediate`:

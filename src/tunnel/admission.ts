@@ -2,10 +2,8 @@ import { unverifiedTokenType } from '../auth/tokens';
 import type { AdmissionFigures } from '../metrics';
 import type { TunnelNamespace, TunnelSocket } from './context';
 import { handshakeError } from './connection';
-import { RATE_LIMITED_HANDSHAKE, UNAUTHORIZED } from './events';
-import { TUNNEL_MESSAGES } from './errors';
+import { RATE_LIMITED_HANDSHAKE } from './events';
 import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './handshake-limit';
-import type { Turns } from '../runtime/turns';
 
 /**
  * Handshake admission: the hubs of a fleet that lost the service at once (a crash, a deploy)
@@ -251,6 +249,22 @@ function presentsAccessToken(token: unknown): boolean {
   return typeof token === 'string' && unverifiedTokenType(token) === 'access';
 }
 
+/**
+ * Whether a client's first frame is an app's handshake (a Socket.IO `CONNECT` to the tunnel's
+ * namespace presenting a user access token, read without verifying): it does not wait behind
+ * the hubs' (src/tunnel/engine.ts `handshakeTurns`). Anything else waits its turn.
+ */
+export function appHandshakeFrame(frame: string, namespace: string): boolean {
+  const head = `40${namespace},`;
+  if (!frame.startsWith(head)) return false;
+  try {
+    const auth: unknown = JSON.parse(frame.slice(head.length));
+    return typeof auth === 'object' && auth !== null && presentsAccessToken((auth as { token?: unknown }).token);
+  } catch {
+    return false;
+  }
+}
+
 /** The handshakes admitted and not answered yet, with when they were admitted. */
 export interface AdmittedHandshakes {
   /** The handshake of `socket` was answered: its place in the window is free. */
@@ -269,10 +283,8 @@ export interface AddressLimit {
  * (decisions §5: `rate_limited`, `data: {retryAfter}`, before any token check), without taking
  * a place of the pace or the window: one address sending junk does not keep the fleet out.
  */
-export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limit: AddressLimit, turns?: Turns): AdmittedHandshakes {
+export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limit: AddressLimit): AdmittedHandshakes {
   const admittedAt = new WeakMap<TunnelSocket, number>();
-  // The transports with a device handshake waiting for its turn.
-  const waiting = new WeakSet<TunnelSocket['conn']>();
   const admit = (socket: TunnelSocket, next: (error?: Error) => void): void => {
     const retryAfter = admission.decide();
     if (retryAfter === null) {
@@ -280,10 +292,10 @@ export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limi
       next();
     } else next(Object.assign(handshakeError(RATE_LIMITED, ADMISSION_MESSAGE), { data: { message: ADMISSION_MESSAGE, retryAfter } }));
   };
-  const decide = (socket: TunnelSocket, next: (error?: Error) => void): void => {
-    // Closed while it waited for its turn: Socket.IO ignores the answer, nothing to work out.
-    if (socket.conn.readyState !== 'open') {
-      next(handshakeError('unavailable', ADMISSION_MESSAGE));
+  nsp.use((socket, next) => {
+    const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
+    if (presentsAccessToken(token)) {
+      next();
       return;
     }
     // No upgrade request (a second namespace connection): the next step refuses it.
@@ -295,31 +307,6 @@ export function admitHandshakes(nsp: TunnelNamespace, admission: Admission, limi
     const decision = limit.handshakes.check(limit.clientIp(request));
     if (decision.allowed) admit(socket, next);
     else next(new RateLimitedHandshake(decision.retryAfter));
-  };
-  nsp.use((socket, next) => {
-    const token: unknown = (socket.handshake.auth as Record<string, unknown> | undefined)?.token;
-    if (presentsAccessToken(token)) {
-      next();
-      return;
-    }
-    // A few device handshakes a turn of the event loop, a person's requests read between them.
-    if (turns === undefined) {
-      decide(socket, next);
-      return;
-    }
-    // One waiting per transport: Socket.IO runs this for every CONNECT a transport sends before
-    // its first is answered, and a CONNECT that waits costs its reader next to nothing: one
-    // WebSocket would otherwise queue thousands ahead of every hub, each holding a socket.
-    const transport = socket.conn;
-    if (waiting.has(transport)) {
-      next(handshakeError(UNAUTHORIZED, TUNNEL_MESSAGES.unavailable));
-      return;
-    }
-    waiting.add(transport);
-    turns.run(() => {
-      waiting.delete(transport);
-      decide(socket, next);
-    });
   });
   return {
     settled(socket) {

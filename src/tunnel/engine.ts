@@ -1,4 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Turns } from '../runtime/turns';
 import { Server as EngineServer, type ErrorCallback, type ServerOptions, type Socket as EngineSocket } from 'engine.io';
 import { WebSocket } from 'ws';
 import { connectionId } from './connection-ids';
@@ -39,6 +41,9 @@ export type CloseReason = 'transport close' | 'transport error' | 'ping timeout'
 type Listener = (...args: never[]) => void;
 type Frame = string | Buffer;
 
+/** Frames a connection may send while its handshake waits for its turn (a client sends one, its `CONNECT`). */
+const MAX_HELD_FRAMES = 16;
+
 /** A request engine.io has upgraded: `ws`'s socket and the parsed query are on it. */
 interface UpgradedRequest extends IncomingMessage {
   websocket?: unknown;
@@ -66,6 +71,10 @@ export class WebSocketConnection {
   /** A ping's wait was extended by a packet other than the pong already (engine.io extends it once). */
   private extended = false;
   private handlers: Array<string | Listener | boolean> = [];
+  /** Whether the client's first frame (its Socket.IO `CONNECT`) has come. */
+  private greeted = false;
+  /** Frames held, in order, while the first waits for its turn (`TunnelEngine.handshakeTurns`); null: none held. */
+  private held: Frame[] | null = null;
   private callbacks: Array<() => void> | null = null;
 
   constructor(
@@ -159,6 +168,20 @@ export class WebSocketConnection {
   /** A frame from the client (`ws` joins fragments; text frames come as text). */
   receive(frame: Frame): void {
     if (this.readyState !== 'open') return;
+    if (this.held !== null) {
+      // A client waits for its handshake's answer: more than a few frames before it is not one.
+      if (this.held.length >= MAX_HELD_FRAMES) this.onClose('transport error', new Error('frames sent before the handshake was answered'));
+      else this.held.push(frame);
+      return;
+    }
+    if (!this.greeted) {
+      this.greeted = true;
+      const turns = this.engine.handshakeTurns;
+      if (turns !== undefined && !(typeof frame === 'string' && turns.atOnce(frame))) {
+        this.waitTurn(turns.turns, frame);
+        return;
+      }
+    }
     if (typeof frame !== 'string') {
       this.extendPingWait();
       this.emit('data', frame);
@@ -188,6 +211,23 @@ export class WebSocketConnection {
       default:
         return;
     }
+  }
+
+  /**
+   * The first frame waits for its turn of the event loop, and nothing more is read from the
+   * client meanwhile (its socket paused; frames `ws` had already read are held in order): the
+   * handshake's work and what follows it are done a few connections a turn.
+   */
+  private waitTurn(turns: Turns, first: Frame): void {
+    const held: Frame[] = [first];
+    this.held = held;
+    const socket = (this.websocket as unknown as { _socket?: Socket })._socket;
+    socket?.pause();
+    turns.run(() => {
+      this.held = null;
+      if (socket !== undefined && !socket.destroyed) socket.resume();
+      for (const frame of held) this.receive(frame);
+    });
   }
 
   /** The engine's sweep reached `due`: ping now, or close when the last ping had no pong in time. */
@@ -344,6 +384,11 @@ export class TunnelEngine extends EngineServer {
   private tick = 0;
   private sweep: NodeJS.Timeout | undefined;
   private readonly tickMs: number;
+  /**
+   * Clients' first frames (their handshakes) taken a few a turn of the event loop (the tunnel
+   * sets it: src/runtime/turns.ts), but those `atOnce` says go first (an app's); unset: at once.
+   */
+  handshakeTurns: { readonly turns: Turns; readonly atOnce: (frame: string) => boolean } | undefined;
 
   constructor(options: ServerOptions) {
     super(options);

@@ -11,7 +11,7 @@ import type { ReadStore } from '../infra/readstore/port';
 import type { Logger } from '../logger';
 import type { AdmissionFigures, RelayDirection } from '../metrics';
 import { createDeviceAccess } from './access';
-import { admitHandshakes, createAdmission, startLoopDelayMonitor, type AdmissionOptions } from './admission';
+import { admitHandshakes, appHandshakeFrame, createAdmission, startLoopDelayMonitor, type AdmissionOptions } from './admission';
 import { createTurns } from '../runtime/turns';
 import { createAppSockets } from './apps';
 import { createLocalCluster, type TunnelCluster } from './cluster';
@@ -178,8 +178,10 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const handshakes = deps.handshakeLimiter ?? unlimitedHandshakes;
   const clientIp = deps.clientIp ?? peerAddress;
   const admission = deps.admission !== undefined ? createAdmission({ loopDelay: loopDelay?.current, ...deps.admission }) : null;
+  // Hubs' handshakes (a client's first frame) a few a turn of the event loop, an app's at once.
   const turns = admission !== null ? createTurns() : null;
-  const admitted = admission !== null && turns !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }, turns) : null;
+  if (turns !== null) engine.handshakeTurns = { turns, atOnce: (frame) => appHandshakeFrame(frame, nsp.name) };
+  const admitted = admission !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }) : null;
   const expiry = startExpirySweep(ctx, clock);
   acceptConnections(ctx, {
     tokens: deps.tokens,

@@ -221,17 +221,31 @@ export class WebSocketConnection {
   private waitTurn(turns: Turns, first: Frame): void {
     const held: Frame[] = [first];
     this.held = held;
-    const socket = (this.websocket as unknown as { _socket?: Socket })._socket;
-    socket?.pause();
+    this.socket()?.pause();
     turns.run(() => {
       this.held = null;
-      if (socket !== undefined && !socket.destroyed) socket.resume();
+      this.resumeReading();
       for (const frame of held) this.receive(frame);
     });
   }
 
+  /** `ws`'s TCP socket. */
+  private socket(): Socket | undefined {
+    return (this.websocket as unknown as { _socket?: Socket | null })._socket ?? undefined;
+  }
+
+  private resumeReading(): void {
+    const socket = this.socket();
+    if (socket !== undefined && !socket.destroyed) socket.resume();
+  }
+
   /** The engine's sweep reached `due`: ping now, or close when the last ping had no pong in time. */
   onDue(): void {
+    // Its first frame waits its turn, nothing read from it meanwhile: a pong it sent is unread, not missing.
+    if (this.held !== null) {
+      this.due = this.engine.pingDue();
+      return;
+    }
     if (this.awaitingPong) {
       this.onClose('ping timeout');
       return;
@@ -249,6 +263,9 @@ export class WebSocketConnection {
     this.engine.forget(this);
     this.writeBuffer = [];
     this.callbacks = null;
+    // Closed while its first frame waits its turn: its socket is read again, or the client's
+    // answer to the closing frame would not be read before that turn (or `ws`'s 30 s deadline).
+    if (this.held !== null) this.resumeReading();
     // `ws` sends its closing frame; its listeners stay, so an error is never unheard. A closing
     // `ws` is not asked to close again: it would end its TCP socket again, and Node makes (and
     // drops) an error with a full stack for each end after the first (a storm's thousands of

@@ -1,0 +1,352 @@
+import type { Socket as NetSocket } from 'node:net';
+import type { Socket } from 'socket.io';
+import { WebSocket } from 'ws';
+import type { Turns } from '../../src/runtime/turns';
+import { appHandshakeFrame } from '../../src/tunnel/admission';
+import { WebSocketConnection } from '../../src/tunnel/engine';
+import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
+import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
+
+/**
+ * Review of a connection's first frame waiting its turn (src/tunnel/engine.ts
+ * `WebSocketConnection.receive`/`waitTurn`, `TunnelEngine.handshakeTurns`), attacked from
+ * outside with raw engine.io/Socket.IO frames.
+ *
+ * The engine's tests give it turns that run a job only when the test says so (`release`):
+ * what happens while a first frame waits is then decided by the test, not by how busy the
+ * machine is. The service's tests (below) run the real turns behind a flood of junk.
+ */
+
+/** The event loop held (the server's too): what was written is in the server's sockets by then. */
+function hold(ms: number): void {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    /* held on purpose */
+  }
+}
+
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+async function turnsPass(n: number): Promise<void> {
+  for (let i = 0; i < n; i++) await nextTurn();
+}
+
+async function until(check: () => boolean, what: string, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/** Turns whose jobs run only when the test releases them. */
+interface ManualTurns extends Turns {
+  readonly jobs: Array<() => void>;
+  release(): void;
+}
+
+function manualTurns(): ManualTurns {
+  const jobs: Array<() => void> = [];
+  return {
+    jobs,
+    run: (job) => void jobs.push(job),
+    stats: () => ({ waiting: jobs.length, perTurn: 0, waited: 0, overdue: 0 }),
+    release() {
+      for (const job of jobs.splice(0)) job();
+    },
+  };
+}
+
+interface Harness extends EngineServer {
+  readonly turns: ManualTurns;
+  /** Namespace connections, as `nsp:socket id`, in the order the server made them. */
+  readonly connections: string[];
+  readonly reasons: string[];
+}
+
+const NAMESPACES = ['/tunnel', ...Array.from({ length: 20 }, (_, i) => `/n${i}`)];
+
+async function startHarness(options: { pingInterval?: number; pingTimeout?: number; connectTimeout?: number } = {}): Promise<Harness> {
+  const server = await startEngineServer({
+    path: '/socket.io',
+    perMessageDeflate: false,
+    wsEngine: TunnelWebSocketServer,
+    maxHttpBufferSize: 1_000_000,
+    pingInterval: options.pingInterval ?? 25_000,
+    pingTimeout: options.pingTimeout ?? 20_000,
+    connectTimeout: options.connectTimeout ?? 45_000,
+  });
+  const turns = manualTurns();
+  server.engine.handshakeTurns = { turns, atOnce: (frame) => appHandshakeFrame(frame, '/tunnel') };
+  const connections: string[] = [];
+  const reasons: string[] = [];
+  for (const name of NAMESPACES) {
+    server.io.of(name).on('connection', (socket: Socket) => {
+      connections.push(name);
+      socket.on('disconnect', (reason) => reasons.push(reason));
+      socket.on('echo', (payload: unknown, ack?: (answer: unknown) => void) => ack?.(payload));
+    });
+  }
+  return { ...server, turns, connections, reasons };
+}
+
+interface Raw {
+  readonly ws: WebSocket;
+  /** Every text frame received, in order (the open packet first). */
+  readonly frames: string[];
+  closed: boolean;
+  /** The server's side of this connection. */
+  readonly connection: WebSocketConnection;
+  readonly serverWs: WebSocket & { _socket: NetSocket; isPaused: boolean };
+}
+
+async function openRaw(harness: EngineServer, answerPings = true): Promise<Raw> {
+  const ws = new WebSocket(`${harness.url.replace('http', 'ws')}/socket.io/?EIO=4&transport=websocket`, { perMessageDeflate: false });
+  const frames: string[] = [];
+  const raw = { ws, frames, closed: false } as Raw & { connection: WebSocketConnection; serverWs: Raw['serverWs'] };
+  ws.on('error', () => undefined);
+  ws.on('close', () => (raw.closed = true));
+  ws.on('message', (data: Buffer, binary: boolean) => {
+    const text = binary ? `<binary ${data.length}>` : data.toString();
+    frames.push(text);
+    if (answerPings && text === '2') ws.send('3');
+  });
+  await until(() => frames.length > 0, 'the open packet');
+  const id = (JSON.parse(frames[0]?.slice(1) ?? '{}') as { sid: string }).sid;
+  const connection = (harness.engine as unknown as { clients: Record<string, WebSocketConnection> }).clients[id] as WebSocketConnection;
+  expect(connection).toBeInstanceOf(WebSocketConnection);
+  raw.connection = connection;
+  raw.serverWs = (connection as unknown as { websocket: Raw['serverWs'] }).websocket;
+  return raw;
+}
+
+/** What the connection holds while its first frame waits (null: nothing held). */
+const heldOf = (raw: Raw): unknown[] | null => (raw.connection as unknown as { held: unknown[] | null }).held;
+
+const DEVICE_CONNECT = '40/tunnel,{"token":"a-device-token"}';
+
+describe('the engine with turns the test releases', () => {
+  let harness: Harness;
+  const raws: Raw[] = [];
+  beforeEach(async () => {
+    harness = await startHarness();
+  });
+  afterEach(async () => {
+    for (const raw of raws.splice(0)) raw.ws.terminate();
+    await stopEngineServer(harness);
+  });
+  const open = async (answerPings = true): Promise<Raw> => {
+    const raw = await openRaw(harness, answerPings);
+    raws.push(raw);
+    return raw;
+  };
+
+  /**
+   * A CONNECT with frames behind it in the same TCP segment (pongs, noops, CONNECTs to other
+   * namespaces): nothing is worked out before the turn; at the turn every one, once, in the
+   * order sent.
+   */
+  test('frames read with the first are replayed at its turn in order, none lost, none twice', async () => {
+    const raw = await open();
+    const sent = [DEVICE_CONNECT, '3', '6', ...NAMESPACES.slice(1, 13).map((n) => `40${n},`)];
+    for (const frame of sent) raw.ws.send(frame);
+    hold(50);
+    await until(() => harness.turns.jobs.length === 1, 'the first frame waiting');
+    await turnsPass(5);
+    expect(harness.connections).toEqual([]);
+    expect(heldOf(raw)).toHaveLength(sent.length);
+    harness.turns.release();
+    await until(() => harness.connections.length === 13, 'every namespace connected');
+    await turnsPass(5);
+    expect(harness.connections).toEqual(NAMESPACES.slice(0, 13));
+    // Each CONNECT answered once, in order.
+    const acks = raw.frames.filter((f) => f.startsWith('40')).map((f) => f.slice(2, f.indexOf(',')));
+    expect(acks).toEqual(NAMESPACES.slice(0, 13));
+    expect(raw.closed).toBe(false);
+    expect(heldOf(raw)).toBeNull();
+  });
+
+  test('sixteen frames before the turn are held; a seventeenth closes the connection, nothing of it worked out', async () => {
+    const [sixteen, seventeen] = [await open(), await open()];
+    for (let i = 0; i < 16; i++) sixteen.ws.send(i === 0 ? DEVICE_CONNECT : '6');
+    for (let i = 0; i < 17; i++) seventeen.ws.send(i === 0 ? DEVICE_CONNECT : '6');
+    hold(50);
+    await until(() => seventeen.closed, 'the seventeenth closed');
+    expect(sixteen.closed).toBe(false);
+    expect(heldOf(sixteen)).toHaveLength(16);
+    harness.turns.release();
+    await until(() => harness.connections.length === 1, 'the sixteen connected');
+    await turnsPass(5);
+    expect(harness.connections).toEqual(['/tunnel']);
+    expect(sixteen.closed).toBe(false);
+  });
+
+  /**
+   * `ws` pauses its TCP socket itself when a chunk fills its receiver past its high-water mark,
+   * and resumes it on the receiver's `drain` unless the WebSocket says it is paused
+   * (`WebSocket#isPaused`). A pause of the TCP socket behind `ws`'s back is undone by that
+   * `drain`: a client whose first frame comes with a large one behind it (a 40 KB noop) goes on
+   * being read while its handshake waits, and the frames it sends later pile up in `held`.
+   */
+  test("a large frame behind the first: ws's drain does not resume reading while the first waits", async () => {
+    const raw = await open();
+    raw.ws.send(DEVICE_CONNECT);
+    raw.ws.send(`6${'x'.repeat(40_000)}`);
+    hold(50);
+    await until(() => harness.turns.jobs.length === 1, 'the first frame waiting');
+    // `ws`'s drain comes a tick after the chunk was read.
+    await turnsPass(5);
+    expect(raw.serverWs._socket.isPaused()).toBe(true);
+    // Frames sent later are not read before the turn: they are neither held nor closing it.
+    for (let i = 0; i < 40; i++) raw.ws.send('6');
+    hold(50);
+    await turnsPass(10);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(raw.connection.readyState).toBe('open');
+    expect(heldOf(raw)?.length ?? 0).toBeLessThanOrEqual(2);
+    harness.turns.release();
+    await until(() => harness.connections.length === 1, 'connected at its turn');
+    // Read on after the turn: the 40 noops are nothing, an event is answered.
+    raw.ws.send('42/tunnel,1["echo","after"]');
+    await until(() => raw.frames.includes('43/tunnel,1["after"]'), 'the echo answered');
+    expect(raw.closed).toBe(false);
+  });
+
+  /**
+   * The server pings on its own sweep; while the first frame waits, the client's pong is not
+   * read (the socket is paused, or the pong is held). A connection whose handshake waits longer
+   * than the ping's interval and wait is not a dead one: its pong is in its socket.
+   */
+  test('a ping unanswered only because the server is not reading: the connection is not closed for it', async () => {
+    await stopEngineServer(harness);
+    harness = await startHarness({ pingInterval: 100, pingTimeout: 100 });
+    const raw = await open();
+    raw.ws.send(DEVICE_CONNECT);
+    await until(() => harness.turns.jobs.length === 1, 'the first frame waiting');
+    // Past a ping interval and its wait, twice over.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(raw.connection.readyState).toBe('open');
+    harness.turns.release();
+    await until(() => harness.connections.length === 1 || raw.closed, 'connected, or closed');
+    expect(harness.connections).toEqual(['/tunnel']);
+    // A client that then stops answering is still closed for it.
+    raw.ws.removeAllListeners('message');
+    await until(() => raw.closed, 'closed by the ping timeout');
+    expect(harness.reasons).toEqual(['ping timeout']);
+  });
+
+  test("an app's CONNECT goes at once while the turns run nothing; impostors wait", async () => {
+    const access = (type: string): string => `${Buffer.from('{"alg":"HS256"}').toString('base64url')}.${Buffer.from(JSON.stringify({ type, sub: 'u' })).toString('base64url')}.c2ln`;
+    const app = await open();
+    app.ws.send(`40/tunnel,${JSON.stringify({ token: access('access') })}`);
+    await until(() => harness.connections.length === 1, 'the app connected');
+    expect(harness.turns.jobs).toHaveLength(0);
+    const waiting = [
+      `40/tunnel,${JSON.stringify({ token: access('Access') })}`,
+      `40/tunnel,${JSON.stringify({ token: access('device') })}`,
+      `40/tunnel,${JSON.stringify({ TOKEN: access('access') })}`,
+      `40/tunnel,${JSON.stringify({ token: [access('access')] })}`,
+      `40/tunnel,1${JSON.stringify({ token: access('access') })}`,
+      `40/other,${JSON.stringify({ token: access('access') })}`,
+      `40/tunnel,{"token":"${access('access')}"`,
+      `40/tunnel,${JSON.stringify({ token: access('device'), pad: 'x'.repeat(500_000) })}`,
+    ];
+    const clients: Raw[] = [];
+    for (const frame of waiting) {
+      const raw = await open();
+      clients.push(raw);
+      raw.ws.send(frame);
+    }
+    await until(() => harness.turns.jobs.length === waiting.length, 'every impostor waiting');
+    await turnsPass(5);
+    expect(harness.connections).toEqual(['/tunnel']);
+    expect(clients.every((c) => !c.closed)).toBe(true);
+  });
+
+  /**
+   * First frames that are no CONNECT wait their turn too, and are then answered as they were
+   * before turns: a pong or a noop is nothing (a CONNECT after it is not made to wait again),
+   * an unknown type or an empty frame is a parse error, a client's ping and a binary frame
+   * close the connection; nothing throws.
+   */
+  test('first frames that are no CONNECT: answered at their turn as without turns', async () => {
+    const cases: Array<{ frame: string | Buffer; closes: boolean }> = [
+      { frame: '3', closes: false },
+      { frame: '6', closes: false },
+      { frame: '41/tunnel,', closes: true },
+      { frame: 'x', closes: true },
+      { frame: '', closes: true },
+      { frame: '2', closes: true },
+      { frame: Buffer.from([1, 2, 3]), closes: true },
+      { frame: '4garbage', closes: true },
+    ];
+    const thrown: unknown[] = [];
+    const onError = (error: unknown): void => void thrown.push(error);
+    process.on('uncaughtException', onError);
+    try {
+      const clients: Raw[] = [];
+      for (const { frame } of cases) {
+        const raw = await open();
+        clients.push(raw);
+        raw.ws.send(frame);
+      }
+      await until(() => harness.turns.jobs.length === cases.length, 'every first frame waiting');
+      await turnsPass(5);
+      expect(clients.map((c) => c.closed)).toEqual(cases.map(() => false));
+      harness.turns.release();
+      await until(() => clients.every((c, i) => c.closed === cases[i]?.closes), 'each answered');
+      // Those left open are greeted: a CONNECT now goes at once, without another turn.
+      for (const [i, c] of clients.entries()) if (cases[i]?.closes === false) c.ws.send(DEVICE_CONNECT);
+      await until(() => harness.connections.length === 2, 'the two CONNECTs after a pong/noop');
+      expect(harness.turns.jobs).toHaveLength(0);
+      expect(thrown).toEqual([]);
+    } finally {
+      process.off('uncaughtException', onError);
+    }
+  });
+
+  /**
+   * A client gone while its first frame waits: nothing is read from it before its turn (its
+   * close frame included); at its turn the close is read, the connection forgotten, and
+   * whatever its CONNECT made is let go again.
+   */
+  test('a client that closes (with a close frame) while its first frame waits: nothing kept after its turn', async () => {
+    const thrown: unknown[] = [];
+    const onError = (error: unknown): void => void thrown.push(error);
+    process.on('uncaughtException', onError);
+    try {
+      const [polite, rude] = [await open(), await open()];
+      polite.ws.send(DEVICE_CONNECT);
+      rude.ws.send(DEVICE_CONNECT);
+      await until(() => harness.turns.jobs.length === 2, 'both first frames waiting');
+      polite.ws.close();
+      rude.ws.terminate();
+      await turnsPass(5);
+      harness.turns.release();
+      await until(() => polite.connection.readyState === 'closed' && rude.connection.readyState === 'closed', 'the server heard both closes');
+      await until(() => harness.reasons.length === harness.connections.length, 'every namespace socket made let go');
+      await until(() => polite.closed, 'the closing handshake done');
+      expect(harness.engine.clientsCount).toBe(0);
+      expect(harness.turns.jobs).toHaveLength(0);
+      expect(thrown).toEqual([]);
+    } finally {
+      process.off('uncaughtException', onError);
+    }
+  });
+
+  /** The engine closed (the service stopping) while first frames wait: each closing handshake ends, not at a turn that may never come. */
+  test('the engine closed with first frames waiting: every client hears the close before any turn', async () => {
+    const clients: Raw[] = [];
+    for (let i = 0; i < 20; i++) clients.push(await open());
+    for (const c of clients) c.ws.send(DEVICE_CONNECT);
+    await until(() => harness.turns.jobs.length === 20, 'every first frame waiting');
+    harness.engine.close();
+    await until(() => clients.every((c) => c.closed), 'every client closed');
+    expect(harness.connections).toEqual([]);
+    expect(harness.engine.clientsCount).toBe(0);
+    // Their turns, when they come, do nothing.
+    harness.turns.release();
+    await turnsPass(5);
+    expect(harness.connections).toEqual([]);
+  });
+});

@@ -5,7 +5,11 @@ import type { Turns } from '../../src/runtime/turns';
 import { appHandshakeFrame } from '../../src/tunnel/admission';
 import { WebSocketConnection } from '../../src/tunnel/engine';
 import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
+import { io as ioClient, type Socket as ClientSocket } from 'socket.io-client';
 import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
+import { createUser, startTestService, type TestService } from '../support/harness';
+import { scrape } from '../support/metrics';
+import { connect, deviceToken, registerHub, request, type Probe } from '../support/tunnel';
 
 /**
  * Review of a connection's first frame waiting its turn (src/tunnel/engine.ts
@@ -350,3 +354,78 @@ describe('the engine with turns the test releases', () => {
     expect(harness.connections).toEqual([]);
   });
 });
+
+describe('the service, behind a flood of junk first frames', () => {
+  let service: TestService;
+  beforeAll(async () => {
+    service = await startTestService('embedded');
+  }, 60_000);
+  afterAll(async () => {
+    await service?.stop();
+  });
+
+  /**
+   * Long polling is engine.io's own connection (no `WebSocketConnection`, no turns): an app and
+   * a hub connecting that way while 300 WebSocket first frames wait still connect; a hub that
+   * comes back over WebSocket in the same flood waits its turn and gets in; nothing waits after.
+   */
+  test('polling clients and a reconnecting hub get in during a flood; nothing left waiting', async () => {
+    const owner = await createUser(service);
+    const [pollingHub, wsHub] = await Promise.all([registerHub(service, owner), registerHub(service, owner)]);
+    const [pollingToken, wsToken] = await Promise.all([deviceToken(service, pollingHub, owner), deviceToken(service, wsHub, owner)]);
+    const app = await connect(service, owner.accessToken);
+    const first = await connect(service, wsToken);
+    const junk: RawAt[] = [];
+    const polled: ClientSocket[] = [];
+    let again: Probe | undefined;
+    try {
+      expect(await request(app, 'tunnel:subscribe', { deviceUuid: wsHub.uuid })).toMatchObject({ success: true, tunnelConnected: true });
+      first.close();
+      await app.next<{ tunnelConnected: boolean }>('device:status', (s) => !s.tunnelConnected);
+      const url = `${service.baseUrl.replace('http', 'ws')}/socket.io/?EIO=4&transport=websocket`;
+      for (let i = 0; i < 300; i += 50) junk.push(...(await Promise.all(Array.from({ length: 50 }, () => openRawAt(url)))));
+      for (const j of junk) j.ws.send('40/tunnel,{"token":"junk"}');
+      const pollers = [owner.accessToken, pollingToken].map((token) =>
+        ioClient(`${service.baseUrl}/tunnel`, { auth: { token }, transports: ['polling'], reconnection: false, forceNew: true }),
+      );
+      polled.push(...pollers);
+      const again$ = connect(service, wsToken);
+      hold(200);
+      await Promise.all(pollers.map((p) => new Promise<void>((resolve, reject) => (p.connected ? resolve() : (p.once('connect', () => resolve()), p.once('connect_error', reject))))));
+      again = await again$;
+      expect(pollers.map((p) => p.io.engine.transport.name)).toEqual(['polling', 'polling']);
+      await app.next<{ tunnelConnected: boolean }>('device:status', (s) => s.tunnelConnected);
+      await until(() => junk.every((j) => j.answers > 0 || j.closed), 'every junk CONNECT answered');
+      expect(junk.filter((j) => j.answers > 0)).toHaveLength(300);
+      expect((await scrape(service)).value('tunnel_device_handshake_admission', { measure: 'waiting' })).toBe(0);
+    } finally {
+      for (const j of junk) j.ws.terminate();
+      for (const p of polled) p.close();
+      again?.close();
+      app.close();
+    }
+  }, 90_000);
+});
+
+interface RawAt {
+  readonly ws: WebSocket;
+  answers: number;
+  closed: boolean;
+}
+
+async function openRawAt(url: string): Promise<RawAt> {
+  const ws = new WebSocket(url, { perMessageDeflate: false });
+  const raw: RawAt = { ws, answers: 0, closed: false };
+  ws.on('error', () => undefined);
+  ws.on('close', () => (raw.closed = true));
+  await new Promise<void>((resolve, reject) => {
+    ws.once('error', reject);
+    ws.on('message', (data: Buffer) => {
+      const text = data.toString();
+      if (text.startsWith('0')) resolve();
+      else if (text === '2') ws.send('3');
+      else if (text.startsWith('40/tunnel,') || text.startsWith('44/tunnel,')) raw.answers++;
+    });
+  });
+  return raw;
+}

@@ -29,7 +29,7 @@ export function admissionTimeline(): AdmissionTimeline {
       const last = rows.length - 1;
       if (last < 0) return;
       const delta = (k: string): number => (figures[k] ?? 0) - (counted[k] ?? 0);
-      rows[last] += `[a${delta('admitted')} r${delta('refused') + delta('refused_late')} l${delta('refused_late')} w${figures.window ?? '?'} p${Math.round(figures.pace ?? 0)} d${Math.round((figures.lagMax ?? NaN) * 1000)} q${figures.waiting ?? '?'}]`;
+      rows[last] += `[a${delta('admitted')} r${delta('refused') + delta('refused_late')} l${delta('refused_late')} w${figures.window ?? '?'} p${Math.round(figures.pace ?? 0)} d${Math.round((figures.lagMax ?? NaN) * 1000)}${figures.waiting !== undefined ? ` q${figures.waiting}` : ''}]`;
       counted = figures;
     },
     rows: () => rows.join(' '),

@@ -46,6 +46,9 @@ import { TunnelEngine } from './engine';
  * | `engine.ts`     | engine.io with a lean connection for every client straight over WebSocket |
  */
 
+/** Socket.IO closes a connection whose namespace handshake has not come within this (ms). */
+const CONNECT_TIMEOUT_MS = 10_000;
+
 export { DEFAULT_TUNNEL_OPTIONS, deviceRoom, subscribersRoom, userSubscribersRoom, type TunnelOptions } from './context';
 
 export interface TunnelRedis {
@@ -122,7 +125,7 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
     path: SOCKET_IO_PATH,
     serveClient: false,
     maxHttpBufferSize: options.maxFrameBytes,
-    connectTimeout: 10_000,
+    connectTimeout: CONNECT_TIMEOUT_MS,
     // Neither compresses: a deflate context per WebSocket is tens of KB per idle hub, and the
     // messages are small JSON.
     perMessageDeflate: false,
@@ -178,8 +181,10 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const handshakes = deps.handshakeLimiter ?? unlimitedHandshakes;
   const clientIp = deps.clientIp ?? peerAddress;
   const admission = deps.admission !== undefined ? createAdmission({ loopDelay: loopDelay?.current, ...deps.admission }) : null;
-  // Hubs' handshakes (a client's first frame) a few a turn of the event loop, an app's at once.
-  const turns = admission !== null ? createTurns() : null;
+  // Hubs' handshakes (a client's first frame) a few a turn of the event loop, an app's at once;
+  // one that has waited half of Socket.IO's connect timeout is taken besides the count, before
+  // that timeout closes its connection (its client would come back at the end of the queue).
+  const turns = admission !== null ? createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2 }) : null;
   if (turns !== null) engine.handshakeTurns = { turns, atOnce: (frame) => appHandshakeFrame(frame, nsp.name) };
   const admitted = admission !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }) : null;
   const expiry = startExpirySweep(ctx, clock);

@@ -7,7 +7,8 @@ import { WebSocketConnection } from '../../src/tunnel/engine';
 import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
 import { io as ioClient, type Socket as ClientSocket } from 'socket.io-client';
 import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
-import { createUser, startTestService, type TestService } from '../support/harness';
+import { holdEventLoop, nextTurn, until } from '../support/event-loop';
+import { createUser, serviceForDescribe } from '../support/harness';
 import { scrape } from '../support/metrics';
 import { connect, deviceToken, registerHub, request, type Probe } from '../support/tunnel';
 
@@ -21,26 +22,8 @@ import { connect, deviceToken, registerHub, request, type Probe } from '../suppo
  * machine is. The service's tests (below) run the real turns behind a flood of junk.
  */
 
-/** The event loop held (the server's too): what was written is in the server's sockets by then. */
-function hold(ms: number): void {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    /* held on purpose */
-  }
-}
-
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
-
 async function turnsPass(n: number): Promise<void> {
   for (let i = 0; i < n; i++) await nextTurn();
-}
-
-async function until(check: () => boolean, what: string, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
 }
 
 /** Turns whose jobs run only when the test releases them. */
@@ -154,7 +137,7 @@ describe('the engine with turns the test releases', () => {
     const raw = await open();
     const sent = [DEVICE_CONNECT, '3', '6', ...NAMESPACES.slice(1, 13).map((n) => `40${n},`)];
     for (const frame of sent) raw.ws.send(frame);
-    hold(50);
+    holdEventLoop(50);
     await until(() => harness.turns.jobs.length === 1, 'the first frame waiting');
     await turnsPass(5);
     expect(harness.connections).toEqual([]);
@@ -174,7 +157,7 @@ describe('the engine with turns the test releases', () => {
     const [sixteen, seventeen] = [await open(), await open()];
     for (let i = 0; i < 16; i++) sixteen.ws.send(i === 0 ? DEVICE_CONNECT : '6');
     for (let i = 0; i < 17; i++) seventeen.ws.send(i === 0 ? DEVICE_CONNECT : '6');
-    hold(50);
+    holdEventLoop(50);
     await until(() => seventeen.closed, 'the seventeenth closed');
     expect(sixteen.closed).toBe(false);
     expect(heldOf(sixteen)).toHaveLength(16);
@@ -196,14 +179,14 @@ describe('the engine with turns the test releases', () => {
     const raw = await open();
     raw.ws.send(DEVICE_CONNECT);
     raw.ws.send(`6${'x'.repeat(40_000)}`);
-    hold(50);
+    holdEventLoop(50);
     await until(() => harness.turns.jobs.length === 1, 'the first frame waiting');
     // `ws`'s drain comes a tick after the chunk was read.
     await turnsPass(5);
     expect(raw.serverWs._socket.isPaused()).toBe(true);
     // Frames sent later are not read before the turn: they are neither held nor closing it.
     for (let i = 0; i < 40; i++) raw.ws.send('6');
-    hold(50);
+    holdEventLoop(50);
     await turnsPass(10);
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(raw.connection.readyState).toBe('open');
@@ -356,13 +339,7 @@ describe('the engine with turns the test releases', () => {
 });
 
 describe('the service, behind a flood of junk first frames', () => {
-  let service: TestService;
-  beforeAll(async () => {
-    service = await startTestService('embedded');
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const serviceOf = serviceForDescribe('embedded');
 
   /**
    * Long polling is engine.io's own connection (no `WebSocketConnection`, no turns): an app and
@@ -370,6 +347,7 @@ describe('the service, behind a flood of junk first frames', () => {
    * comes back over WebSocket in the same flood waits its turn and gets in; nothing waits after.
    */
   test('polling clients and a reconnecting hub get in during a flood; nothing left waiting', async () => {
+    const service = serviceOf();
     const owner = await createUser(service);
     const [pollingHub, wsHub] = await Promise.all([registerHub(service, owner), registerHub(service, owner)]);
     const [pollingToken, wsToken] = await Promise.all([deviceToken(service, pollingHub, owner), deviceToken(service, wsHub, owner)]);
@@ -390,7 +368,7 @@ describe('the service, behind a flood of junk first frames', () => {
       );
       polled.push(...pollers);
       const again$ = connect(service, wsToken);
-      hold(200);
+      holdEventLoop(200);
       await Promise.all(pollers.map((p) => new Promise<void>((resolve, reject) => (p.connected ? resolve() : (p.once('connect', () => resolve()), p.once('connect_error', reject))))));
       again = await again$;
       expect(pollers.map((p) => p.io.engine.transport.name)).toEqual(['polling', 'polling']);

@@ -1,6 +1,7 @@
 import { WebSocket } from 'ws';
 import { createTurns } from '../../src/runtime/turns';
-import { createUser, startTestService, type TestService } from '../support/harness';
+import { createUser, serviceForDescribe, startTestService, type TestService } from '../support/harness';
+import { holdEventLoop, nextTurn, until } from '../support/event-loop';
 import { scrape } from '../support/metrics';
 import { connect, deviceToken, registerHub, request, type Probe } from '../support/tunnel';
 
@@ -13,24 +14,6 @@ import { connect, deviceToken, registerHub, request, type Probe } from '../suppo
  * The service runs in this process: holding this process's event loop (`hold`) after sending
  * frames makes the service read all of them in one turn, as a storm would have it.
  */
-
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
-
-/** The event loop held (the service's too): what was written is in the service's sockets by then. */
-function hold(ms: number): void {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    /* held on purpose */
-  }
-}
-
-async function until(check: () => boolean, what: string, ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
 
 /** A Socket.IO answer on /tunnel: connected, or refused with the connect_error's message and data. */
 interface Answer {
@@ -113,13 +96,7 @@ const waiting = async (service: TestService): Promise<number> => (await scrape(s
 const inFlight = async (service: TestService): Promise<number> => (await scrape(service)).value('tunnel_device_handshake_admission', { measure: 'in_flight' });
 
 describe('one transport, many CONNECT frames', () => {
-  let service: TestService;
-  beforeAll(async () => {
-    service = await startTestService('embedded');
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const serviceOf = serviceForDescribe('embedded');
 
   /**
    * Socket.IO creates a socket and runs the middleware for every CONNECT of a namespace the
@@ -130,13 +107,14 @@ describe('one transport, many CONNECT frames', () => {
    * more read from it meanwhile: the frames behind it never queue.
    */
   test('a single WebSocket cannot queue thousands of device handshakes', async () => {
+    const service = serviceOf();
     const N = 3000;
     const attacker = await openTransport(service);
     try {
       const frame = attacker.connectFrame('junk-token');
       for (let i = 0; i < N; i++) attacker.ws.send(frame);
       // Every frame is in the service's socket before it reads any: it reads them together.
-      hold(200);
+      holdEventLoop(200);
       const sampled: number[] = [];
       // Sampled while the answers come in: a scrape is read between turns.
       while (attacker.answers.length < N && !attacker.closed) sampled.push(await waiting(service));
@@ -157,12 +135,13 @@ describe('one transport, many CONNECT frames', () => {
    * one that sends on is closed rather than held without end.
    */
   test('a transport that sends on while its handshake waits its turn is closed, the others still answered', async () => {
+    const service = serviceOf();
     const queued = await openTransports(service, 200);
     const attacker = await openTransport(service);
     try {
       for (const t of queued) t.sendConnect('junk-token');
       for (let i = 0; i < 100; i++) attacker.sendConnect('junk-token');
-      hold(200);
+      holdEventLoop(200);
       await until(() => attacker.closed, 'the attacker closed');
       await until(() => queued.every((t) => t.answers.length === 1), 'every queued CONNECT answered');
       // Closed before its first CONNECT came to its turn: none of its hundred was worked out.
@@ -176,13 +155,7 @@ describe('one transport, many CONNECT frames', () => {
 });
 
 describe('a junk flood on many transports', () => {
-  let service: TestService;
-  beforeAll(async () => {
-    service = await startTestService('embedded');
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const serviceOf = serviceForDescribe('embedded');
 
   /**
    * 400 transports send a junk device handshake each, and behind them (read after them, in the
@@ -191,6 +164,7 @@ describe('a junk flood on many transports', () => {
    * hub's waits its turn and gets in; the impostors are refused.
    */
   test("an app's handshake passes a queue of junk; a hub behind it still gets in; impostors are refused", async () => {
+    const service = serviceOf();
     const owner = await createUser(service);
     const hub = await registerHub(service, owner);
     const hubToken = await deviceToken(service, hub, owner);
@@ -207,7 +181,7 @@ describe('a junk flood on many transports', () => {
       refreshed?.sendConnect(refresh);
       // Claims that say `access`, signed by nobody: not queued (by design), still refused.
       forgedAccess?.sendConnect(forged({ type: 'access', sub: owner.id, email: owner.email, role: 'admin' }));
-      hold(200);
+      holdEventLoop(200);
       await until(() => all.every((t) => t.answers.length === 1 || t.closed), 'every handshake answered');
       expect(app?.answers).toEqual([{ connected: true }]);
       expect(device?.answers).toEqual([{ connected: true }]);
@@ -226,15 +200,10 @@ describe('a junk flood on many transports', () => {
 });
 
 describe('the per-IP limit of failed handshakes, through the queue', () => {
-  let service: TestService;
-  beforeAll(async () => {
-    service = await startTestService('embedded', { RATE_LIMITS: 'general=5/60', TRUST_PROXY: 'true' });
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const serviceOf = serviceForDescribe('embedded', { RATE_LIMITS: 'general=5/60', TRUST_PROXY: 'true' });
 
   test('60 junk handshakes from one address at once: 5 checked, the rest rate_limited; that address is refused a good token; another gets in', async () => {
+    const service = serviceOf();
     const owner = await createUser(service);
     const hubs = await Promise.all([registerHub(service, owner), registerHub(service, owner)]);
     const tokens = await Promise.all(hubs.map((hub) => deviceToken(service, hub, owner)));
@@ -246,7 +215,7 @@ describe('the per-IP limit of failed handshakes, through the queue', () => {
       for (const t of junk) t.sendConnect('junk-token');
       sameAddress?.sendConnect(tokens[0]);
       otherAddress?.sendConnect(tokens[1]);
-      hold(200);
+      holdEventLoop(200);
       await until(() => all.every((t) => t.answers.length === 1 || t.closed), 'every handshake answered');
       const answers = junk.map((t) => t.answers[0]);
       expect(answers.filter((a) => a?.message === 'unauthorized')).toHaveLength(5);
@@ -263,15 +232,10 @@ describe('the per-IP limit of failed handshakes, through the queue', () => {
 });
 
 describe('a hub that leaves while its handshake waits', () => {
-  let service: TestService;
-  beforeAll(async () => {
-    service = await startTestService('embedded');
-  }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-  });
+  const serviceOf = serviceForDescribe('embedded');
 
   test('nothing is kept: no claim, nothing waiting or in flight, the hub connects later', async () => {
+    const service = serviceOf();
     const owner = await createUser(service);
     const hub = await registerHub(service, owner);
     const hubToken = await deviceToken(service, hub, owner);
@@ -285,7 +249,7 @@ describe('a hub that leaves while its handshake waits', () => {
       leaving?.sendConnect(hubToken);
       // Gone before the service reads anything: its CONNECT is read behind 300, then its close.
       leaving?.ws.terminate();
-      hold(200);
+      holdEventLoop(200);
       await until(() => junk.every((t) => t.answers.length === 1 || t.closed), 'every junk handshake answered');
       await until(() => leaving?.closed === true, 'the leaving hub closed');
       expect(leaving?.answers).toEqual([]);
@@ -320,7 +284,7 @@ describe('the service stopped with handshakes waiting', () => {
       const hubToken = await deviceToken(service, hub, owner);
       transports = await openTransports(service, 1500);
       for (const [i, t] of transports.entries()) t.sendConnect(i % 100 === 99 ? hubToken : forged({ type: 'device', deviceUuid: hub.uuid, gen: 1 }));
-      hold(300);
+      holdEventLoop(300);
       const queued = await waiting(service);
       // The stop comes while hundreds still wait.
       expect(queued).toBeGreaterThan(100);

@@ -1,4 +1,5 @@
 import { createTurns } from '../../src/runtime/turns';
+import { nextTurn } from '../support/event-loop';
 
 /** Turns of the event loop, counted by a `setImmediate` chain started before the jobs. */
 function turnCounter(): { readonly current: () => number; readonly stop: () => void } {
@@ -11,8 +12,6 @@ function turnCounter(): { readonly current: () => number; readonly stop: () => v
   setImmediate(tick);
   return { current: () => turns, stop: () => (running = false) };
 }
-
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 async function until(check: () => boolean, turns = 10_000): Promise<void> {
   for (let i = 0; i < turns && !check(); i++) await nextTurn();

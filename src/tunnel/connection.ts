@@ -9,7 +9,7 @@ import { TunnelFailure, TUNNEL_MESSAGES } from './errors';
 import { UNAUTHORIZED, type SubscribeAck, type TunnelError } from './events';
 import type { ExpirySweep } from './expiry';
 import { rawConnection, type EventRunner } from './limits';
-import { WebSocketConnection } from './engine';
+import { SmallMap } from './small-map';
 import { compactListeners } from './websocket';
 import type { Socket as NetSocket } from 'node:net';
 import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './handshake-limit';
@@ -53,15 +53,25 @@ function forgetHandshake(socket: TunnelSocket): void {
   (socket as { handshake: unknown }).handshake = FORGOTTEN_HANDSHAKE;
 }
 
-/** The listener tables of a connected socket's emitters, compacted once their listeners are in place (src/tunnel/websocket.ts). */
+/** The parts of Socket.IO's socket and client (not typed) that hold a Map per connection. */
+interface ConnectionMaps {
+  acks: Map<number, unknown>;
+  client: { sockets: Map<string, unknown>; nsps: Map<string, unknown> };
+}
+
+/**
+ * A connected socket made leaner once its listeners and maps are in place: the listener tables
+ * of its emitters compacted (src/tunnel/websocket.ts), and Socket.IO's three maps of one entry
+ * or none (its client's socket and namespace, its own acknowledgements) made `SmallMap`s.
+ */
 function compactConnection(socket: TunnelSocket, raw: NetSocket | null | undefined): void {
   compactListeners(socket);
   compactListeners(raw);
-  const connection = socket.conn as unknown;
-  if (connection instanceof WebSocketConnection) {
-    compactListeners(connection.websocket);
-    compactListeners((connection.websocket as unknown as { _receiver?: unknown })._receiver);
-  }
+  const maps = socket as unknown as ConnectionMaps;
+  if (maps.acks instanceof Map) maps.acks = new SmallMap(maps.acks);
+  const client = maps.client;
+  if (client.sockets instanceof Map) client.sockets = new SmallMap(client.sockets);
+  if (client.nsps instanceof Map) client.nsps = new SmallMap(client.nsps);
   // Socket.IO's decoder keeps its one listener in an array with room for sixteen more.
   const decoder = (socket.client as unknown as { decoder?: { _callbacks?: Record<string, unknown> } }).decoder;
   const callbacks = decoder?._callbacks;

@@ -2,9 +2,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Turns } from '../runtime/turns';
 import { Server as EngineServer, type ErrorCallback, type ServerOptions, type Socket as EngineSocket } from 'engine.io';
-import { WebSocket } from 'ws';
 import { connectionId } from './connection-ids';
-import { opensOwnConnection, TunnelWebSocket } from './websocket';
+import { OPEN as WEBSOCKET_OPEN, OwnWebSocket } from './own-websocket';
+import { opensOwnConnection } from './websocket';
 
 /**
  * The tunnel's engine.io server: engine.io as it is, except for connections that come straight
@@ -16,9 +16,10 @@ import { opensOwnConnection, TunnelWebSocket } from './websocket';
  * and a `WebSocket` transport (an event emitter with a listener table of its own, four send
  * callbacks and three listeners on `ws`'s socket): about 3 KB of heap per connection, for a
  * protocol that over WebSocket is one character in front of each message. This connection
- * speaks the same engine.io protocol (version 4) over the same `ws` socket in a few hundred
- * bytes, and one sweep a second pings every connection instead of a timer per connection
- * (bench/README.md, "A connection of its own for WebSocket").
+ * speaks the same engine.io protocol (version 4) in a few hundred bytes, over a WebSocket of
+ * its own (src/tunnel/own-websocket.ts, which hands it each message), and one sweep a second
+ * pings every connection instead of a timer per connection (bench/README.md, "A connection of
+ * its own for WebSocket").
  *
  * What Socket.IO asks of an engine.io socket, it has: `id`, `request`, `remoteAddress`,
  * `protocol`, `readyState`, `transport.name` and `.writable`, `write`, `close`, and the
@@ -44,7 +45,7 @@ type Frame = string | Buffer;
 /** Frames a connection may send while its handshake waits for its turn (a client sends one, its `CONNECT`). */
 const MAX_HELD_FRAMES = 16;
 
-/** A request engine.io has upgraded: `ws`'s socket and the parsed query are on it. */
+/** A request engine.io has upgraded: its WebSocket and the parsed query are on it. */
 interface UpgradedRequest extends IncomingMessage {
   websocket?: unknown;
   _query?: Record<string, string | undefined>;
@@ -80,20 +81,14 @@ export class WebSocketConnection {
   constructor(
     readonly id: string,
     private readonly engine: TunnelEngine,
-    readonly websocket: TunnelWebSocket,
+    readonly websocket: OwnWebSocket,
     request: IncomingMessage,
   ) {
     this.request = request;
     this.remoteAddress = request.socket.remoteAddress;
     this.due = engine.pingDue();
+    // From now on the WebSocket hands this connection its messages, its errors and its close.
     websocket.connection = this;
-    // engine.io's own `error` listener for the time before a transport listens: this connection listens now.
-    for (const listener of websocket.listeners('error')) {
-      if (listener.name === 'onUpgradeError') websocket.removeListener('error', listener as (...args: unknown[]) => void);
-    }
-    websocket.on('message', onMessage);
-    websocket.on('close', onClose);
-    websocket.on('error', onError);
     const { pingInterval, pingTimeout, maxHttpBufferSize } = engine.opts;
     this.send(OPEN + JSON.stringify({ sid: id, upgrades: [], pingInterval, pingTimeout, maxPayload: maxHttpBufferSize }));
   }
@@ -165,7 +160,7 @@ export class WebSocketConnection {
     return this;
   }
 
-  /** A frame from the client (`ws` joins fragments; text frames come as text). */
+  /** A message from the client (the WebSocket joins fragments; text frames come as text). */
   receive(frame: Frame): void {
     if (this.readyState !== 'open') return;
     if (this.held !== null) {
@@ -215,7 +210,7 @@ export class WebSocketConnection {
 
   /**
    * The first frame waits for its turn of the event loop, and nothing more is read from the
-   * client meanwhile (its socket paused; frames `ws` had already read are held in order): the
+   * client meanwhile (its socket paused; frames already read are held in order): the
    * handshake's work and what follows it are done a few connections a turn.
    */
   private waitTurn(turns: Turns, first: Frame): void {
@@ -229,9 +224,9 @@ export class WebSocketConnection {
     });
   }
 
-  /** `ws`'s TCP socket. */
+  /** The WebSocket's TCP socket. */
   private socket(): Socket | undefined {
-    return (this.websocket as unknown as { _socket?: Socket | null })._socket ?? undefined;
+    return this.websocket.socket ?? undefined;
   }
 
   private resumeReading(): void {
@@ -264,14 +259,14 @@ export class WebSocketConnection {
     this.writeBuffer = [];
     this.callbacks = null;
     // Closed while its first frame waits its turn: its socket is read again, or the client's
-    // answer to the closing frame would not be read before that turn (or `ws`'s 30 s deadline).
+    // answer to the closing frame would not be read before that turn (or the WebSocket's 30 s deadline).
     if (this.held !== null) this.resumeReading();
-    // `ws` sends its closing frame; its listeners stay, so an error is never unheard. A closing
-    // `ws` is not asked to close again: it would end its TCP socket again, and Node makes (and
-    // drops) an error with a full stack for each end after the first (a storm's thousands of
-    // closes a second spent about 1.4 % of the service's CPU on them). It is only given `ws`'s
-    // own deadline when it has none (closing at the client's end, without a close frame).
-    if (this.websocket.readyState === WebSocket.OPEN) this.websocket.close();
+    // The WebSocket sends its closing frame. A closing one is not asked to close again: it
+    // would end its TCP socket again, and Node makes (and drops) an error with a full stack for
+    // each end after the first (a storm's thousands of closes a second spent about 1.4 % of the
+    // service's CPU on them). It is only given its deadline when it has none (closing at the
+    // client's end, without a close frame).
+    if (this.websocket.readyState === WEBSOCKET_OPEN) this.websocket.close();
     else this.websocket.closeWithin();
     this.emit('close', reason, description);
   }
@@ -338,7 +333,7 @@ export class WebSocketConnection {
     this.due = this.engine.pongDue(1);
   }
 
-  /** Writes what waits, one batch at a time: the next batch once `ws` has written the last one. */
+  /** Writes what waits, one batch at a time (one write): the next batch once the last is written. */
   private flush(): void {
     if (this.readyState === 'closed' || !this.writable || this.writeBuffer.length === 0) return;
     const frames = this.writeBuffer;
@@ -346,12 +341,10 @@ export class WebSocketConnection {
     this.writeBuffer = [];
     this.callbacks = null;
     this.writable = false;
-    const last = frames.length - 1;
-    for (let i = 0; i < last; i++) this.websocket.send(frames[i] as Frame);
-    this.websocket.send(frames[last] as Frame, (error) => this.written(error, callbacks));
+    this.websocket.sendAll(frames, (error) => this.written(error, callbacks));
   }
 
-  private written(error: Error | undefined, callbacks: Array<() => void> | null): void {
+  private written(error: Error | null | undefined, callbacks: Array<() => void> | null): void {
     if (error !== undefined && error !== null) {
       this.onClose('transport error', error);
       return;
@@ -366,21 +359,6 @@ export class WebSocketConnection {
     // onClose closes the WebSocket.
     this.onClose('forced close');
   }
-}
-
-// `ws`'s listeners, one of each for every connection: `this` is the WebSocket, which knows its connection.
-const connectionOf = (websocket: WebSocket): WebSocketConnection | undefined => (websocket as TunnelWebSocket).connection;
-
-function onMessage(this: WebSocket, data: Buffer, isBinary: boolean): void {
-  connectionOf(this)?.receive(isBinary ? data : data.toString());
-}
-
-function onClose(this: WebSocket): void {
-  connectionOf(this)?.onClose('transport close');
-}
-
-function onError(this: WebSocket, error: Error): void {
-  connectionOf(this)?.onClose('transport error', error);
 }
 
 /** A tick of the ping sweep is a second, or a quarter of the shorter ping wait when that is less. */
@@ -445,13 +423,13 @@ export class TunnelEngine extends EngineServer {
     closeConnection: ErrorCallback,
   ): Promise<unknown> {
     const websocket = req.websocket;
-    if (!(websocket instanceof TunnelWebSocket) || !opensOwnConnection(req)) {
+    if (!(websocket instanceof OwnWebSocket) || !opensOwnConnection(req)) {
       // engine.io's own request type (not exported) is this one with its query parsed, as `_query` says.
       return super.handshake(transportName, req as never, closeConnection);
     }
     const id = await this.generateId(req);
     // Closed by the client while its id was made: nothing to open.
-    if (websocket.readyState !== WebSocket.OPEN) return undefined;
+    if (websocket.readyState !== WEBSOCKET_OPEN) return undefined;
     const connection = new WebSocketConnection(id, this, websocket, req);
     this.connections.add(connection);
     this.clients[id] = connection as unknown as EngineSocket;

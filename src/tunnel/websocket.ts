@@ -2,6 +2,7 @@ import { ServerResponse, type IncomingMessage } from 'node:http';
 import { Socket as NetSocket } from 'node:net';
 import { WebSocket, WebSocketServer, type ServerOptions } from 'ws';
 import type { WebSocketConnection } from './engine';
+import { OwnWebSocket } from './own-websocket';
 
 /**
  * The WebSocket engine of the tunnel (engine.io's `wsEngine`): `ws` as it is, except for what
@@ -99,10 +100,19 @@ export function opensOwnConnection(request: IncomingMessage): boolean {
   return query !== undefined && query.transport === 'websocket' && query.EIO === '4' && query.sid === undefined;
 }
 
-/** `ws`'s server, making `TunnelWebSocket`s: engine.io constructs it with its own options. */
+/** The class `ws`'s server makes its WebSockets with (its option `WebSocket`), read when it completes an upgrade. */
+type WebSocketClass = typeof WebSocket;
+
+/**
+ * `ws`'s server, answering every upgrade with its own checks and `101`: engine.io constructs it
+ * with its own options. The WebSocket it makes is an `OwnWebSocket` (src/tunnel/own-websocket.ts)
+ * for an upgrade that opens the tunnel's own connection, a `TunnelWebSocket` for any other.
+ */
 export class TunnelWebSocketServer extends WebSocketServer {
+  declare options: ServerOptions & { WebSocket: WebSocketClass };
+
   constructor(options?: ServerOptions, callback?: () => void) {
-    super({ ...options, WebSocket: TunnelWebSocket as unknown as typeof WebSocket }, callback);
+    super({ ...options, WebSocket: TunnelWebSocket as unknown as WebSocketClass }, callback);
   }
 
   /**
@@ -125,9 +135,13 @@ export class TunnelWebSocketServer extends WebSocketServer {
       return;
     }
     socket.cork();
+    // `ws` completes the upgrade (and constructs its WebSocket) before `handleUpgrade` returns: engine.io
+    // gives it no `verifyClient`, the one thing it would wait for.
+    this.options.WebSocket = OwnWebSocket as unknown as WebSocketClass;
     try {
       super.handleUpgrade(...args);
     } finally {
+      this.options.WebSocket = TunnelWebSocket as unknown as WebSocketClass;
       queueMicrotask(() => {
         if (socket.writableCorked > 0) socket.uncork();
       });
@@ -185,6 +199,10 @@ export function compactListeners(emitter: unknown): void {
   const table = holder._events;
   if (typeof table !== 'object' || table === null || Object.getPrototypeOf(table) !== null) return;
   const compact = Object.create(NO_LISTENERS) as Record<string | symbol, unknown>;
-  for (const key of Reflect.ownKeys(table)) compact[key] = (table as Record<string | symbol, unknown>)[key];
+  for (const key of Reflect.ownKeys(table)) {
+    const listeners = (table as Record<string | symbol, unknown>)[key];
+    // A list of listeners keeps the room it once grew to (the TCP socket's `close` list, about 170 bytes): copied to its size.
+    compact[key] = Array.isArray(listeners) ? listeners.slice() : listeners;
+  }
   holder._events = compact;
 }

@@ -1,10 +1,10 @@
 import { EventEmitter } from 'node:events';
-import { Writable } from 'node:stream';
 import type { Socket as NetSocket } from 'node:net';
 import type { ServerOptions, Socket } from 'socket.io';
 import { io as connectClient, type Socket as ClientSocket } from 'socket.io-client';
 import WebSocket from 'ws';
 import { WebSocketConnection } from '../../src/tunnel/engine';
+import type { OwnWebSocket } from '../../src/tunnel/own-websocket';
 import { compactListeners, TunnelWebSocketServer } from '../../src/tunnel/websocket';
 import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
 
@@ -75,11 +75,13 @@ async function raw(): Promise<{ socket: WebSocket; frames: string[]; closed: Pro
   return { socket, frames, closed };
 }
 
-/** The service's side of a raw connection (its id is in the open packet): the connection and its `ws` WebSocket. */
-function serverSideOf(frames: string[]): { connection: WebSocketConnection; server: WebSocket & { _socket: NetSocket; _receiver: Writable } } {
+/** The service's side of a raw connection (its id is in the open packet): the connection and its WebSocket. */
+function serverSideOf(frames: string[]): { connection: WebSocketConnection; server: OwnWebSocket; tcp: NetSocket } {
   const id = (JSON.parse(frames[0]?.slice(1) ?? '{}') as { sid: string }).sid;
   const connection = (harness.engine as unknown as { clients: Record<string, WebSocketConnection> }).clients[id] as WebSocketConnection;
-  return { connection, server: (connection as unknown as { websocket: WebSocket & { _socket: NetSocket; _receiver: Writable } }).websocket };
+  const server = connection.websocket;
+  if (server.socket === null) throw new Error('no TCP socket');
+  return { connection, server, tcp: server.socket };
 }
 
 describe('a connection straight over WebSocket', () => {
@@ -174,7 +176,7 @@ describe('a connection straight over WebSocket', () => {
     const connection = server.conn as unknown as WebSocketConnection;
     const reasons: string[] = [];
     connection.on('close', (why: string) => reasons.push(why));
-    connection.websocket.emit('message', Buffer.from(frame), false);
+    connection.receive(frame);
     expect(reasons).toEqual([reason]);
     await until('the disconnect', () => harness.reasons[0]);
     expect(harness.engine.clientsCount).toBe(0);
@@ -200,16 +202,15 @@ describe('a connection straight over WebSocket', () => {
 
   test('the service closing a connection its client is closing already ends the TCP socket no second time (each end after the first makes Node build an error with a stack)', async () => {
     const { socket, frames } = await raw();
-    const { connection, server } = serverSideOf(frames);
-    const tcp = server._socket;
+    const { connection, server, tcp } = serverSideOf(frames);
     let ours = 0;
     const end = tcp.end.bind(tcp);
     tcp.end = ((...args: Parameters<NetSocket['end']>) => {
-      // Ends asked by the tunnel's engine while the socket is ended already (`ws`'s own are its affair).
+      // Ends asked by the tunnel's engine while the socket is ended already (the WebSocket's own are its affair).
       if (tcp.writableEnded && /src\/tunnel\/engine\.ts/.test(new Error().stack ?? '')) ours++;
       return end(...args);
     }) as NetSocket['end'];
-    // The client sends its close frame and reads nothing more: the service's `ws` answers it,
+    // The client sends its close frame and reads nothing more: the service's WebSocket answers it,
     // ends its side and stays closing, waiting for the client's end.
     socket.close();
     (socket as unknown as { _socket: NetSocket })._socket.pause();
@@ -222,29 +223,23 @@ describe('a connection straight over WebSocket', () => {
     expect(ours).toBe(0);
   });
 
-  test('a client closing cleanly: the receiver is ended once (ws ends it again when the TCP socket closes; Node would build an error with a stack)', async () => {
+  test('a client closing cleanly: the TCP socket is ended once, and the connection hears a transport close', async () => {
     const { socket, frames } = await raw();
-    const { server } = serverSideOf(frames);
-    const receiver = server._receiver;
-    const writableEnd = Writable.prototype.end;
+    const { connection, tcp } = serverSideOf(frames);
     let ends = 0;
-    let again = 0;
-    const spy = jest.spyOn(Writable.prototype, 'end').mockImplementation(function (this: Writable, ...args: unknown[]) {
-      if (this === receiver) {
-        ends++;
-        if (this.writableEnded) again++;
-      }
-      return (writableEnd as (...a: unknown[]) => Writable).apply(this, args);
-    });
-    try {
-      const closed = new Promise<void>((resolve) => server.once('close', () => resolve()));
-      socket.close();
-      await closed;
-    } finally {
-      spy.mockRestore();
-    }
+    const end = tcp.end.bind(tcp);
+    tcp.end = ((...args: Parameters<NetSocket['end']>) => {
+      ends++;
+      return end(...args);
+    }) as NetSocket['end'];
+    const reasons: string[] = [];
+    connection.on('close', (why: string) => reasons.push(why));
+    const closedTcp = new Promise<void>((resolve) => tcp.once('close', () => resolve()));
+    socket.close(1000, 'bye');
+    await closedTcp;
     expect(ends).toBe(1);
-    expect(again).toBe(0);
+    expect(reasons).toEqual(['transport close']);
+    expect(harness.engine.clientsCount).toBe(0);
   });
 
   test('a message over the largest payload closes the connection, as engine.io\'s does', async () => {

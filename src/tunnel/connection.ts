@@ -9,7 +9,7 @@ import { TunnelFailure, TUNNEL_MESSAGES } from './errors';
 import { UNAUTHORIZED, type SubscribeAck, type TunnelError } from './events';
 import type { ExpirySweep } from './expiry';
 import { rawConnection, type EventRunner } from './limits';
-import { SmallMap } from './small-map';
+import { SmallMap } from './small-collections';
 import { compactListeners } from './websocket';
 import type { Socket as NetSocket } from 'node:net';
 import { RateLimitedHandshake, type ClientIp, type HandshakeLimiter } from './handshake-limit';

@@ -27,7 +27,7 @@ import { startExpirySweep } from './expiry';
 import { startLiveFeed } from './live-feed';
 import { releaseUpgradeResponse, TunnelWebSocketServer } from './websocket';
 import { TunnelEngine } from './engine';
-import { withoutOwnRooms } from './own-room';
+import { leanRooms } from './lean-rooms';
 
 /**
  * The tunnel (decisions §5): Socket.IO namespace `/tunnel` on the API's HTTP server. This
@@ -153,8 +153,8 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   // Nothing lives in the main namespace.
   io.of('/').use((_socket, next) => next(handshakeError(UNAUTHORIZED, 'Connect to the /tunnel namespace')));
   const nsp: TunnelNamespace = io.of(TUNNEL_NAMESPACE);
-  // No socket is reached by its id: none is put in a room of its own (src/tunnel/own-room.ts).
-  withoutOwnRooms(nsp.adapter);
+  // No socket in a room of its own, and one-member rooms small (src/tunnel/lean-rooms.ts).
+  leanRooms(nsp.adapter);
 
   const ctx: TunnelContext = {
     nsp,

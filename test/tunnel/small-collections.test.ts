@@ -1,7 +1,7 @@
-import { SmallMap } from '../../src/tunnel/small-map';
+import { SmallMap, SmallSet, SmallSetsMap } from '../../src/tunnel/small-collections';
 
 /**
- * `SmallMap` (src/tunnel/small-map.ts) answers as a `Map` does: the same operations applied
+ * `SmallMap` (src/tunnel/small-collections.ts) answers as a `Map` does: the same operations applied
  * to both, from seeded random sequences over a few keys (NaN, 0 and -0 among them), give the
  * same results and the same entries in the same order at every step.
  */
@@ -75,5 +75,55 @@ describe('SmallMap, against Map', () => {
     ]);
     for (const [key] of many) many.delete(key);
     expect(many.size).toBe(0);
+  });
+});
+
+describe('SmallSet, against Set', () => {
+  test.each([1, 2, 3, 4, 5, 6, 7, 8])('random operations, seed %d', (seed) => {
+    const random = seeded(seed);
+    const small = new SmallSet<unknown>();
+    const set = new Set<unknown>();
+    for (let step = 0; step < 2000; step++) {
+      const value = KEYS[Math.floor(random() * KEYS.length)];
+      const op = random();
+      if (op < 0.45) {
+        expect(small.add(value)).toBe(small);
+        set.add(value);
+      } else if (op < 0.8) expect(small.delete(value)).toBe(set.delete(value));
+      else if (op < 0.95) expect(small.has(value)).toBe(set.has(value));
+      else {
+        small.clear();
+        set.clear();
+      }
+      expect(small.size).toBe(set.size);
+      expect([...small]).toEqual([...set]);
+    }
+  });
+
+  test('keys, values, entries and forEach as a Set gives them', () => {
+    const small = new SmallSet<string>().add('x');
+    expect([...small.keys()]).toEqual(['x']);
+    expect([...small.entries()]).toEqual([['x', 'x']]);
+    small.add('y');
+    const seen: string[] = [];
+    small.forEach((value, again, whole) => {
+      seen.push(`${value}${again}`);
+      expect(whole).toBe(small);
+    });
+    expect(seen).toEqual(['xx', 'yy']);
+    expect(Object.prototype.toString.call(small)).toBe('[object Set]');
+  });
+});
+
+describe('SmallSetsMap', () => {
+  test('a new empty Set put in it is kept small; a Set with members as it is', () => {
+    const map = new SmallSetsMap<string, string>();
+    map.set('room', new Set());
+    expect(map.get('room')).toBeInstanceOf(SmallSet);
+    map.get('room')?.add('a');
+    expect([...(map.get('room') ?? [])]).toEqual(['a']);
+    const full = new Set(['b']);
+    map.set('other', full);
+    expect(map.get('other')).toBe(full);
   });
 });

@@ -1,12 +1,12 @@
 import type { ServerOptions, Socket } from 'socket.io';
 import { io as connectClient, type Socket as ClientSocket } from 'socket.io-client';
-import { withoutOwnRooms } from '../../src/tunnel/own-room';
+import { leanRooms } from '../../src/tunnel/lean-rooms';
 import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
 import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
 import { until } from '../support/event-loop';
 
 /**
- * `withoutOwnRooms` (src/tunnel/own-room.ts): a socket is in no room named by its id, its
+ * `leanRooms` (src/tunnel/lean-rooms.ts): a socket is in no room named by its id, its
  * other rooms work as before (joined, reached, left), and the adapter forgets it when it goes.
  */
 
@@ -23,7 +23,7 @@ beforeEach(async () => {
   const options: Partial<ServerOptions> = { path: '/socket.io', perMessageDeflate: false, wsEngine: TunnelWebSocketServer };
   server = await startEngineServer(options);
   const nsp = server.io.of('/tunnel');
-  withoutOwnRooms(nsp.adapter);
+  leanRooms(nsp.adapter);
   nsp.on('connection', (socket) => {
     connected.push(socket);
     void socket.join('device:one');
@@ -58,4 +58,23 @@ test('a socket is in its rooms but not in one of its own; a room reaches it; the
   client.close();
   await until(() => !adapter.sids.has(socket.id), 'forgotten');
   expect(adapter.rooms.size).toBe(0);
+});
+
+test('a room of many members, and a socket in many rooms: every member reached, each left cleanly', async () => {
+  const many = 4;
+  for (let i = 0; i < many; i++) clients.push(connectClient(`${server.url}/tunnel`, { transports: ['websocket'], reconnection: false, forceNew: true }));
+  await until(() => connected.length === many, 'all connected');
+  const adapter = server.io.of('/tunnel').adapter as unknown as Adapter;
+  await until(() => adapter.rooms.get('device:one')?.size === many, 'all in the room');
+  const first = connected[0] as Socket;
+  await first.join(['a', 'b', 'c']);
+  expect([...first.rooms]).toEqual(['device:one', 'a', 'b', 'c']);
+  const heard = clients.map((client) => new Promise<unknown>((resolve) => client.once('hello', resolve)));
+  server.io.of('/tunnel').to('device:one').emit('hello', 1);
+  await expect(Promise.all(heard)).resolves.toEqual([1, 1, 1, 1]);
+  await first.leave('b');
+  expect([...first.rooms]).toEqual(['device:one', 'a', 'c']);
+  expect(adapter.rooms.has('b')).toBe(false);
+  for (const client of clients) client.close();
+  await until(() => adapter.rooms.size === 0 && adapter.sids.size === 0, 'every room gone');
 });

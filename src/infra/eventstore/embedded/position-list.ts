@@ -1,7 +1,8 @@
 /**
- * A growable list of numbers in one Float64Array: the positions of a stream's events.
- * Millions of them load from a segment index as plain copies, without boxing, and
- * dropping reclaimed events from the front costs nothing.
+ * A growable list of numbers in one Float64Array: the positions of a stream with many
+ * events (stream-index.ts keeps a few in a plain array). Millions of them load from a
+ * segment index as plain copies, without boxing, and dropping reclaimed events from the
+ * front costs nothing.
  */
 export class PositionList {
   private items: Float64Array;

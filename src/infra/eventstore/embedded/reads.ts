@@ -4,12 +4,13 @@
  */
 import type { ReadStreamOptions, RecordedEvent } from '../port';
 import { CorruptEventLogError } from './errors';
-import type { LogIndex, StreamIndex } from './log-index';
+import type { LogIndex } from './log-index';
 import type { RawRecord } from './record-format';
 import { readRecordAt, type ReadAt } from './record-cursor';
 import { ownBytes } from './own-bytes';
 import type { RecentCommits } from './recent-commits';
 import { segmentIndexAt, type Segment } from './segment';
+import type { StreamIndex } from './stream-index';
 import { toRecordedEvent } from './recorded-event';
 
 const STREAM_READ_BATCH = 32;
@@ -169,7 +170,7 @@ export class LogReader {
   }
 
   private async readRevision(stream: StreamIndex, revision: number): Promise<RawRecord | null> {
-    const position = stream.positions.at(revision - stream.firstRevision);
+    const position = stream.at(revision - stream.firstRevision);
     return position === undefined ? null : this.readRecord(position);
   }
 

@@ -49,8 +49,8 @@ export function segmentsToCompact(index: LogIndex, sealed: readonly Segment[], r
   const chosen = new Map<Segment, Map<string, ReclaimRule>>();
   for (const [name, rule] of rules) {
     const stream = index.streams.get(name);
-    const first = stream?.positions.at(0);
-    const lastReclaimable = stream?.positions.at(rule.newestRevision - 1 - (stream?.firstRevision ?? 0));
+    const first = stream?.at(0);
+    const lastReclaimable = stream?.at(rule.newestRevision - 1 - (stream?.firstRevision ?? 0));
     if (stream === undefined || first === undefined || lastReclaimable === undefined || sealed.length === 0) continue;
     for (let i = segmentIndexAt(sealed, first); i < sealed.length; i++) {
       const segment = sealed[i] as Segment;
@@ -58,7 +58,7 @@ export function segmentsToCompact(index: LogIndex, sealed: readonly Segment[], r
       // An empty (fully reclaimed) segment says nothing about the ones after it.
       if (segment.lastPosition === null || segment.firstWrittenAt === null) continue;
       if (segment.firstWrittenAt >= rule.cutoff) break;
-      const position = stream.positions.at(stream.positions.lowerBound(segment.base));
+      const position = stream.at(stream.lowerBound(segment.base));
       if (position === undefined || position > lastReclaimable) break;
       if (position > segment.lastPosition) continue;
       let segmentRules = chosen.get(segment);

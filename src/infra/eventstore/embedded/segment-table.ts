@@ -94,6 +94,19 @@ export class SegmentTable {
     this.count = count;
   }
 
+  /**
+   * Takes the index's copies of its names: `streams[ref]` is the index's entry for
+   * `names[ref]`. The active segment's table lives as long as the store, and its names would
+   * otherwise be second copies of the index's keys.
+   */
+  shareNames(streams: ReadonlyArray<{ readonly name: string }>): void {
+    streams.forEach((stream, ref) => {
+      this.names[ref] = stream.name;
+    });
+    // Rebuilt from the names on the next add, keyed by the shared strings.
+    this.nameRefs = null;
+  }
+
   /** Names of a checkpoint, in ref order (they are distinct). */
   addName(streamName: string): void {
     this.names.push(streamName);

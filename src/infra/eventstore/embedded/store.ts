@@ -80,7 +80,7 @@ function expectedFirstRevision(expected: ExpectedRevision, currentCount: number)
 /** How many events the stream has had (reserved ones included): the revision of its next. */
 function currentCountOf(index: LogIndex, streamName: string): number {
   const stream = index.streams.get(streamName);
-  return stream === undefined ? 0 : stream.firstRevision + stream.positions.length;
+  return stream === undefined ? 0 : stream.firstRevision + stream.length;
 }
 
 export class EmbeddedStoreCore implements EventStore {
@@ -192,8 +192,8 @@ export class EmbeddedStoreCore implements EventStore {
     const writtenAt = Math.max(now, this.index.lastWrittenAt);
     const encoded = this.encodeAppend(streamName, events, currentCount, writtenAt);
     this.index.lastWrittenAt = writtenAt;
-    const positions = this.index.stream(streamName).positions;
-    for (const record of encoded.records) positions.push(record.position);
+    const stream = this.index.stream(streamName);
+    for (const record of encoded.records) stream.push(record.position);
     const lastEvent = events[events.length - 1] as NewEvent;
     const lastPosition = (encoded.records[encoded.records.length - 1] as ReservedRecord).position;
     this.queue.push({
@@ -302,7 +302,7 @@ export class EmbeddedStoreCore implements EventStore {
       throw conflict;
     }
     const from = firstRevision - stream.firstRevision;
-    const positions = stream.positions.slice(from, from + events.length);
+    const positions = stream.slice(from, from + events.length);
     // The original may still be waiting for its fsync; answer only once it is durable.
     await this.untilDurable(() => stream.firstRevision + stream.durableCount > firstRevision + events.length - 1);
     const stored = await Promise.all(positions.map((position) => this.reader.readRecord(position)));
@@ -400,7 +400,8 @@ export class EmbeddedStoreCore implements EventStore {
       stream.durableCount += append.records.length;
       for (const record of append.records) {
         segment.noteRecord(record.position, record.writtenAt);
-        this.activeTable.add(append.streamName, record.revision, record.position, record.writtenAt);
+        // The index's copy of the name: the table keeps it for as long as the segment is active.
+        this.activeTable.add(stream.name, record.revision, record.position, record.writtenAt);
         if (!append.streamName.startsWith('$')) this.index.lastUserPosition = record.position;
       }
       if (append.maxAgeChange !== null) {
@@ -430,7 +431,7 @@ export class EmbeddedStoreCore implements EventStore {
     this.queue = [];
     for (const append of rejected) {
       const stream = this.index.stream(append.streamName);
-      stream.positions.dropLast(stream.positions.length - stream.durableCount);
+      stream.dropLast(stream.length - stream.durableCount);
     }
     for (const append of rejected) append.reject(failure);
     this.wakeWaiters();

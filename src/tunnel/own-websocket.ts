@@ -17,8 +17,12 @@ import type { WebSocketConnection } from './engine';
  * It behaves as `ws` does for a server: a frame against the protocol closes the connection
  * with the status `ws` gives it (1002, 1007 for text that is not UTF-8, 1009 for a message
  * over `maxPayload`) and is reported to the connection as an error; a close frame is
- * answered with the same code, and the TCP connection ended; a ping is answered with a pong;
- * a closing connection is destroyed 30 s after its close frame if the client never ends it.
+ * answered with the same code, and the TCP connection ended; a ping is answered with a pong
+ * (while one is not written yet, only the last ping since: RFC 6455 §5.5.3, so a client that
+ * pings and reads nothing fills no queue); a closing connection is destroyed 30 s after its
+ * close frame if the client never ends it. Unlike `ws`, a fragmented message is gathered in
+ * one buffer, and messages read before the connection is made (written with the upgrade
+ * request) wait for it instead of being handed to no one.
  */
 
 /** Ready states, numbered as `ws` and browsers number them. */
@@ -41,6 +45,9 @@ const PONG = 0xa;
 const HIGHEST_LENGTH_WORD = 2 ** 21 - 1;
 
 const EMPTY = Buffer.alloc(0);
+
+/** Messages kept for a connection not made yet before nothing more is read (a client sends one before the open packet, its `CONNECT`, if any). */
+const MAX_EARLY_MESSAGES = 16;
 
 /** Which socket each of these WebSockets reads (the listeners are shared: `this` is the socket). */
 const OWNER = Symbol('own websocket');
@@ -105,8 +112,8 @@ function encodeFrame(opcode: number, payload: string | Buffer): Buffer {
  */
 export class OwnWebSocket {
   readyState: ReadyState = 0;
-  /** The tunnel's connection over this socket, once its handshake opened one: it hears every message and the close. */
-  connection: WebSocketConnection | undefined = undefined;
+  /** The tunnel's connection over this socket, once its handshake opened one (`connection`). */
+  private heard: WebSocketConnection | undefined = undefined;
   /** The subprotocol `ws` chose for the upgrade (none for Socket.IO's clients). */
   _protocol = '';
   socket: Socket | null = null;
@@ -115,10 +122,22 @@ export class OwnWebSocket {
   private pending: Buffer[] | null = null;
   private pendingBytes = 0;
   private needed = 0;
-  /** A fragmented message's first opcode, its fragments and its length so far (0, null, 0: none). */
+  /**
+   * A fragmented message's first opcode, its fragments so far copied into one buffer (with room
+   * to grow) and their length (0, null, 0: none). One buffer, not one per fragment: a client
+   * sending a message a byte a fragment would otherwise have a Buffer object (about 100 bytes
+   * of heap) made for every 7 bytes it sends.
+   */
   private fragmentedOpcode = 0;
-  private fragments: Buffer[] | null = null;
+  private fragments: Buffer | null = null;
   private messageBytes = 0;
+  /**
+   * The pong being written (RFC 6455 §5.5.3: while one has not gone out, only the last ping
+   * since is answered): undefined, none; null, one is written and no ping waits; a Buffer, the
+   * payload of the last ping since. A client that pings and never reads keeps two pongs here,
+   * not one for each of its pings.
+   */
+  private pong: Buffer | null | undefined = undefined;
   private closeFrameSent = false;
   private closeFrameReceived = false;
   /** A frame against the protocol was read: nothing more is. */
@@ -129,6 +148,34 @@ export class OwnWebSocket {
   /** `ws`'s server's options: `closeTimeout` (not in its types) as `ws` reads it. */
   constructor(_address?: null, _protocols?: undefined, options?: { closeTimeout?: number }) {
     this.closeTimeoutMs = options?.closeTimeout ?? CLOSE_TIMEOUT_MS;
+  }
+
+  /**
+   * Messages read before a connection hears them (null: none). The connection is made once its
+   * id is (a microtask after the `101`), but what came with the upgrade request (a client's
+   * `CONNECT` written with it) is read on the next tick, before: such messages wait here, and
+   * past `MAX_EARLY_MESSAGES` nothing more is parsed or read until the connection is there.
+   */
+  private early: Array<string | Buffer> | null = null;
+
+  /** The tunnel's connection over this socket: it hears every message (those that came before it first) and the close. */
+  get connection(): WebSocketConnection | undefined {
+    return this.heard;
+  }
+
+  set connection(connection: WebSocketConnection | undefined) {
+    this.heard = connection;
+    const early = this.early;
+    if (connection === undefined || early === null) return;
+    this.early = null;
+    // Once its handshake is done with it (the open packet sent, Socket.IO listening): after the code that set it.
+    queueMicrotask(() => {
+      const socket = this.socket;
+      if (early.length >= MAX_EARLY_MESSAGES && socket !== null && !socket.destroyed && !this.failed && !this.closeFrameReceived) socket.resume();
+      for (const message of early) this.heard?.receive(message);
+      // What was read after them, and not parsed yet.
+      if (this.pending !== null) this.read(EMPTY);
+    });
   }
 
   /** The TCP connection after the `101`: read from now on, `head` (what came with the upgrade request) first. */
@@ -226,6 +273,11 @@ export class OwnWebSocket {
     }
     let offset = 0;
     while (offset < data.length && !this.closeFrameReceived && !this.failed) {
+      if (this.early !== null && this.early.length >= MAX_EARLY_MESSAGES) {
+        // Enough kept for a connection not made yet: the rest waits too, as bytes, read once it is.
+        this.needed = 0;
+        break;
+      }
       const used = this.frame(data, offset);
       if (used === 0) break;
       offset += used;
@@ -291,33 +343,58 @@ export class OwnWebSocket {
   private data(opcode: number, fin: boolean, payload: Buffer): void {
     if (!fin) {
       if (this.fragmentedOpcode === 0) this.fragmentedOpcode = opcode;
-      if (payload.length > 0) (this.fragments ??= []).push(Buffer.from(payload));
-      this.messageBytes += payload.length;
+      if (payload.length > 0) this.gather(payload);
       return;
     }
     const type = opcode === 0 ? this.fragmentedOpcode : opcode;
     let message = payload;
     if (this.fragments !== null) {
-      this.fragments.push(payload);
-      message = Buffer.concat(this.fragments, this.messageBytes + payload.length);
+      const gathered = this.fragments.subarray(0, this.messageBytes);
+      message = payload.length === 0 ? gathered : Buffer.concat([gathered, payload], this.messageBytes + payload.length);
     }
     this.fragmentedOpcode = 0;
     this.fragments = null;
     this.messageBytes = 0;
-    if (type === BINARY) {
-      this.connection?.receive(message);
-      return;
-    }
-    if (!isUtf8(message)) {
+    if (type !== BINARY && !isUtf8(message)) {
       this.fail('invalid UTF-8 sequence', 1007);
       return;
     }
-    this.connection?.receive(message.toString());
+    this.hand(type === BINARY ? message : message.toString());
+  }
+
+  /** A whole message to the connection, or kept for it until it is there. */
+  private hand(message: string | Buffer): void {
+    if (this.heard !== undefined) {
+      this.heard.receive(message);
+      return;
+    }
+    const early = (this.early ??= []);
+    // A binary message read before its connection is copied (it is a view into the chunk it came in).
+    early.push(typeof message === 'string' ? message : Buffer.from(message));
+    if (early.length >= MAX_EARLY_MESSAGES) this.socket?.pause();
+  }
+
+  /** A fragment's payload after those before it, in a buffer that doubles as it fills (never past `maxPayload`, which the message cannot pass). */
+  private gather(payload: Buffer): void {
+    const bytes = this.messageBytes + payload.length;
+    let fragments = this.fragments;
+    if (fragments === null || fragments.length < bytes) {
+      let room = Math.max(bytes, 2 * (fragments?.length ?? 0), 256);
+      if (this.maxPayload > 0) room = Math.max(bytes, Math.min(room, this.maxPayload));
+      const grown = Buffer.allocUnsafe(room);
+      if (fragments !== null) fragments.copy(grown, 0, 0, this.messageBytes);
+      fragments = grown;
+      this.fragments = grown;
+    }
+    payload.copy(fragments, this.messageBytes);
+    this.messageBytes = bytes;
   }
 
   private control(opcode: number, payload: Buffer): void {
     if (opcode === PING) {
-      if (this.readyState === OPEN) this.socket?.write(encodeFrame(PONG, Buffer.from(payload)));
+      if (this.readyState !== OPEN) return;
+      if (this.pong !== undefined) this.pong = Buffer.from(payload);
+      else this.writePong(Buffer.from(payload));
       return;
     }
     if (opcode === PONG) return;
@@ -343,6 +420,21 @@ export class OwnWebSocket {
     this.close(code, reason);
   }
 
+  /** A pong, and once it is written, one for the last ping that came meanwhile. */
+  private writePong(payload: Buffer): void {
+    const socket = this.socket;
+    if (socket === null || this.readyState !== OPEN) {
+      this.pong = undefined;
+      return;
+    }
+    this.pong = null;
+    socket.write(encodeFrame(PONG, payload), (error) => {
+      const next = this.pong;
+      this.pong = undefined;
+      if ((error === undefined || error === null) && next !== null && next !== undefined) this.writePong(next);
+    });
+  }
+
   /**
    * A frame against the protocol: nothing more is read from the client (its bytes are read and
    * dropped until it ends), a close frame with `statusCode`, and the connection hears an error.
@@ -354,7 +446,7 @@ export class OwnWebSocket {
     const socket = this.socket;
     if (socket !== null) process.nextTick(() => socket.resume());
     this.close(statusCode);
-    this.connection?.onClose('transport error', new FrameError(message, statusCode, prefixed));
+    this.heard?.onClose('transport error', new FrameError(message, statusCode, prefixed));
     return 0;
   }
 
@@ -370,7 +462,8 @@ export class OwnWebSocket {
     this.readyState = CLOSED;
     this.pending = null;
     this.fragments = null;
-    this.connection?.onClose('transport close');
+    this.early = null;
+    this.heard?.onClose('transport close');
   }
 
   /** The client ended its side: so does the server, unless it has already (after the closing handshake: an end after the first makes Node build an error with a stack). */

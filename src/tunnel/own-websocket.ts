@@ -49,6 +49,9 @@ const EMPTY = Buffer.alloc(0);
 /** Messages kept for a connection not made yet before nothing more is read (a client sends one before the open packet, its `CONNECT`, if any). */
 const MAX_EARLY_MESSAGES = 16;
 
+/** Chunks of a frame not whole yet kept as they came before they are merged into one buffer. */
+const MAX_PENDING_CHUNKS = 16;
+
 /** Which socket each of these WebSockets reads (the listeners are shared: `this` is the socket). */
 const OWNER = Symbol('own websocket');
 type OwnedSocket = Socket & { [OWNER]?: OwnWebSocket };
@@ -121,6 +124,12 @@ export class OwnWebSocket {
   /** Bytes read that do not make a whole frame yet, and how many a frame needs before it is looked at again. */
   private pending: Buffer[] | null = null;
   private pendingBytes = 0;
+  /**
+   * Once many small chunks wait (a client trickling a frame a byte a packet), they are copied into
+   * one buffer with room to grow, `pending`'s last entry its start: a Buffer object kept for every
+   * chunk (about 250 bytes of heap for a byte of payload) is not.
+   */
+  private spare: Buffer | null = null;
   private needed = 0;
   /**
    * A fragmented message's first opcode, its fragments so far copied into one buffer (with room
@@ -264,11 +273,16 @@ export class OwnWebSocket {
     if (this.closeFrameReceived || this.failed) return;
     let data = chunk;
     if (this.pending !== null) {
-      this.pending.push(chunk);
       this.pendingBytes += chunk.length;
-      if (this.pendingBytes < this.needed) return;
+      if (this.pendingBytes < this.needed) {
+        this.keep(this.pending, chunk);
+        return;
+      }
+      this.pending.push(chunk);
       data = Buffer.concat(this.pending, this.pendingBytes);
       this.pending = null;
+    this.spare = null;
+      this.spare = null;
       this.pendingBytes = 0;
     }
     let offset = 0;
@@ -286,7 +300,28 @@ export class OwnWebSocket {
     // Part of a frame: kept on its own (a small rest is copied, so that the whole chunk is not kept for it).
     const rest = data.length - offset > data.length / 2 ? data.subarray(offset) : Buffer.from(data.subarray(offset));
     this.pending = [rest];
+    this.spare = null;
     this.pendingBytes = rest.length;
+  }
+
+  /** A chunk after `pending` (`pendingBytes` counts it already), in the spare room when it fits, the chunks merged into one when they are many. */
+  private keep(pending: Buffer[], chunk: Buffer): void {
+    const spare = this.spare;
+    // The spare room's start is the only entry until a chunk did not fit in it.
+    const used = pending.length === 1 ? (pending[0] as Buffer).length : -1;
+    if (spare !== null && used >= 0 && used + chunk.length <= spare.length) {
+      chunk.copy(spare, used);
+      pending[0] = spare.subarray(0, used + chunk.length);
+      return;
+    }
+    pending.push(chunk);
+    if (pending.length < MAX_PENDING_CHUNKS) return;
+    // Room doubling, never past what the frame needs: copying stays linear in what came.
+    const merged = Buffer.allocUnsafe(Math.max(this.pendingBytes, Math.min(this.needed, 2 * this.pendingBytes)));
+    let at = 0;
+    for (const part of pending) at += part.copy(merged, at);
+    this.pending = [merged.subarray(0, at)];
+    this.spare = merged;
   }
 
   /** The frame at `offset`: the bytes it took, or 0 when it is not whole yet (`needed` says how many it takes). */
@@ -414,6 +449,7 @@ export class OwnWebSocket {
     }
     this.closeFrameReceived = true;
     this.pending = null;
+    this.spare = null;
     // Read on to the client's end (nothing more is parsed), which ends the connection.
     const socket = this.socket;
     if (socket !== null) process.nextTick(() => socket.resume());
@@ -442,6 +478,7 @@ export class OwnWebSocket {
   private fail(message: string, statusCode: number, prefixed = true): 0 {
     this.failed = true;
     this.pending = null;
+    this.spare = null;
     this.fragments = null;
     const socket = this.socket;
     if (socket !== null) process.nextTick(() => socket.resume());
@@ -461,6 +498,7 @@ export class OwnWebSocket {
     this.closeTimer = null;
     this.readyState = CLOSED;
     this.pending = null;
+    this.spare = null;
     this.fragments = null;
     this.early = null;
     this.heard?.onClose('transport close');

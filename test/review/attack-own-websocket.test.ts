@@ -9,6 +9,7 @@ import { SmallMap } from '../../src/tunnel/small-map';
 import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
 import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
 import { collectGarbage } from '../support/gc';
+import { mulberry32 } from '../support/prng';
 
 /**
  * Attacks from outside on the tunnel's own WebSocket (src/tunnel/own-websocket.ts): RFC 6455
@@ -284,6 +285,40 @@ async function pair(side: Side, maxPayload = MAX_PAYLOAD, listening = true): Pro
 }
 
 describe('findings on the WebSocket alone', () => {
+  test('a frame trickled a byte or two a packet: the chunks waiting for it are merged, not kept as a Buffer object each (about 200 bytes of heap a chunk before)', async () => {
+    const p = await pair('own', 128 * 1024);
+    let chunks = 0;
+    p.serverTcp.on('data', () => chunks++);
+    const payload = 60_000;
+    p.client.setNoDelay(true);
+    p.client.write(frame(0x82, Buffer.alloc(0), { long: true }).subarray(0, 2));
+    // A 64-bit length of 60,000 and a zero mask, then the payload a byte a write.
+    const header = Buffer.alloc(12);
+    header.writeBigUInt64BE(BigInt(payload), 0);
+    p.client.write(header);
+    await until('the header read', () => p.serverTcp.bytesRead === 14);
+    await collectGarbage();
+    const before = process.memoryUsage().heapUsed;
+    const chunksBefore = chunks;
+    let sent = 14;
+    for (let i = 0; i < payload; i++) {
+      p.client.write(Buffer.from([7]));
+      sent++;
+      if (i % 2 === 1) await new Promise((resolve) => setImmediate(resolve));
+      // The last byte is held back: the frame is still waiting when the heap is measured.
+      if (i === payload - 2) break;
+    }
+    await until('all but the last byte read', () => p.serverTcp.bytesRead === sent);
+    await collectGarbage();
+    const grown = process.memoryUsage().heapUsed - before;
+    const read = chunks - chunksBefore;
+    expect(read).toBeGreaterThan(1000);
+    expect(grown / read).toBeLessThan(60);
+    p.client.write(Buffer.from([7]));
+    await until('the message', () => p.messages.length === 1);
+    expect(p.messages[0]).toBe(`bin:${'07'.repeat(payload)}`);
+  });
+
   test('messages read before the connection is made wait for it, in order; past sixteen nothing more is read until it is there', async () => {
     const p = await pair('own', MAX_PAYLOAD, false);
     const sent = Array.from({ length: 20 }, (_, i) => `m${i}`);
@@ -357,6 +392,37 @@ describe('held: frames split anywhere, as ws hears them', () => {
       expect(p.closes).toEqual([]);
       p.client.destroy();
     }
+  });
+
+  test.each([1, 2, 3])('large frames and fragments in random chunks of 1 to 9 bytes (seed %d): the same messages as ws', async (seed) => {
+    const random = mulberry32(seed);
+    const big = 'é'.repeat(1500);
+    const long = Buffer.concat([
+      text(big),
+      binary(Buffer.alloc(1200, 5), false),
+      ping('in between'),
+      continuation(Buffer.alloc(900, 6), false),
+      continuation(Buffer.alloc(3, 7), true),
+      text('z'.repeat(130)),
+      frame(0x81, 'x'.repeat(2000), { long: true }),
+    ]);
+    const chunks: Buffer[] = [];
+    for (let at = 0; at < long.length; ) {
+      const size = 1 + Math.floor(random() * 9);
+      chunks.push(long.subarray(at, at + size));
+      at += size;
+    }
+    const heard: string[][] = [];
+    for (const side of ['own', 'ws'] as const) {
+      const p = await pair(side);
+      await writeApart(p.client, chunks);
+      await until('the messages', () => p.messages.length === 4);
+      expect(p.closes).toEqual([]);
+      heard.push(p.messages);
+    }
+    expect(heard[0]).toEqual(heard[1]);
+    expect(heard[0]?.[0]).toBe(big);
+    expect(heard[0]?.[1]).toBe(`bin:${'05'.repeat(1200)}${'06'.repeat(900)}070707`);
   });
 
   test.each<Side>(['own', 'ws'])('one byte a write (%s)', async (side) => {

@@ -10,6 +10,10 @@ import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
 import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
 import { collectGarbage } from '../support/gc';
 import { mulberry32 } from '../support/prng';
+import type { MessageAck, MessageFromDevice, MessageToDevice } from '../../src/tunnel/events';
+import { createUser } from '../support/harness';
+import { deviceToken, registerHub, request } from '../support/tunnel';
+import { twoProcesses } from '../support/two-processes';
 
 /**
  * Attacks from outside on the tunnel's own WebSocket (src/tunnel/own-websocket.ts): RFC 6455
@@ -604,4 +608,28 @@ describe('held: Socket.IO over the own WebSocket and over long polling', () => {
     await until('the main namespace left', () => client.nsps.size === 1);
     await expect(second.timeout(5000).emitWithAck('echo', 'y')).resolves.toBe('second:y');
   });
+});
+
+describe('held: two API processes with Redis, no socket in a room of its own', () => {
+  const { a, b, on } = twoProcesses({ closeSockets: 'afterEach' });
+
+  test('an app on one process reaches a hub on the other by its device room, and the hub answers; a second hub socket on the first process replaces it', async () => {
+    const owner = await createUser(a());
+    const hub = await registerHub(a(), owner);
+    const token = await deviceToken(a(), hub, owner);
+    const app = await on(a(), owner.accessToken);
+    await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
+    const device = await on(b(), token);
+    // Straight over WebSocket: the own WebSocket on both sides.
+    expect(device.socket.io.engine.transport.name).toBe('websocket');
+    expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, id: 'm-1', type: 'light.set', payload: 1 })).toEqual({ success: true, delivered: true });
+    expect(await device.next<MessageToDevice>('tunnel:message')).toMatchObject({ id: 'm-1', type: 'light.set', payload: 1 });
+    expect(await request<MessageAck>(device, 'tunnel:message', { replyTo: 'm-1', type: 'ok', payload: 2 })).toEqual({ success: true, delivered: true });
+    expect(await app.next<MessageFromDevice>('tunnel:message')).toMatchObject({ from: 'device', replyTo: 'm-1', payload: 2 });
+    // The newest socket of a device wins across processes: the old one is reached and dropped.
+    const again = await on(a(), token);
+    await device.next('disconnect');
+    expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, id: 'm-2', type: 'x', payload: 3 })).toEqual({ success: true, delivered: true });
+    expect(await again.next<MessageToDevice>('tunnel:message')).toMatchObject({ id: 'm-2' });
+  }, 60_000);
 });

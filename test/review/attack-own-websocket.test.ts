@@ -11,8 +11,8 @@ import { startEngineServer, stopEngineServer, type EngineServer } from '../suppo
 import { collectGarbage } from '../support/gc';
 import { mulberry32 } from '../support/prng';
 import type { MessageAck, MessageFromDevice, MessageToDevice } from '../../src/tunnel/events';
-import { createUser } from '../support/harness';
-import { deviceToken, registerHub, request } from '../support/tunnel';
+import { createUser, serviceForDescribe } from '../support/harness';
+import { connect as connectProbe, deviceToken, registerHub, request } from '../support/tunnel';
 import { twoProcesses } from '../support/two-processes';
 
 /**
@@ -632,4 +632,37 @@ describe('held: two API processes with Redis, no socket in a room of its own', (
     expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, id: 'm-2', type: 'x', payload: 3 })).toEqual({ success: true, delivered: true });
     expect(await again.next<MessageToDevice>('tunnel:message')).toMatchObject({ id: 'm-2' });
   }, 60_000);
+});
+
+describe('held: the service itself, one connection joining namespaces by hand', () => {
+  const serviceOf = serviceForDescribe('embedded');
+
+  test('the main namespace refused, /tunnel joined, an ack answered; a second CONNECT to /tunnel is found in Socket.IO\'s small map and closes the connection (its rule), the service goes on', async () => {
+    const service = serviceOf();
+    const user = await createUser(service);
+    const url = new URL(service.baseUrl);
+    const tcp = tcpConnect(Number(url.port), url.hostname);
+    tcps.push(tcp);
+    tcp.on('error', () => undefined);
+    const read = reader(tcp, true);
+    await once(tcp, 'connect');
+    tcp.write(`GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: ${url.host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+    await until('the open packet', () => texts(read.frames).length > 0);
+    const connect = `40/tunnel,${JSON.stringify({ token: user.accessToken })}`;
+    tcp.write(text('40'));
+    await until('the main namespace refused', () => texts(read.frames).find((t) => t.startsWith('44{')));
+    tcp.write(text(connect));
+    await until('the /tunnel socket', () => texts(read.frames).find((t) => t.startsWith('40/tunnel,{"sid"')));
+    tcp.write(text('42/tunnel,7["tunnel:subscribe",{"deviceUuid":"00000000-0000-4000-8000-000000000000"}]'));
+    const ack = await until('the ack', () => texts(read.frames).find((t) => t.startsWith('43/tunnel,7')));
+    expect(JSON.parse(ack.slice('43/tunnel,7'.length))).toEqual([expect.objectContaining({ success: false })]);
+    tcp.write(text(connect));
+    await until('the connection closed by the service', () => closeStatusOf(read.frames) !== undefined);
+    expect(texts(read.frames).filter((t) => t.startsWith('40/tunnel,{"sid"'))).toHaveLength(1);
+    tcp.write(closeFrame(1000));
+    await until('the service ended the connection', () => read.ended());
+    // The service goes on: a client connects as usual.
+    const again = await connectProbe(service, user.accessToken);
+    again.close();
+  });
 });

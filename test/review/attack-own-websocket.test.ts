@@ -5,7 +5,7 @@ import { io as ioClient, type Socket as ClientSocket } from 'socket.io-client';
 import { WebSocket } from 'ws';
 import type { WebSocketConnection } from '../../src/tunnel/engine';
 import { CLOSED, OwnWebSocket } from '../../src/tunnel/own-websocket';
-import { SmallMap } from '../../src/tunnel/small-map';
+import { SmallMap } from '../../src/tunnel/small-collections';
 import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
 import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
 import { collectGarbage } from '../support/gc';

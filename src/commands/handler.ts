@@ -46,6 +46,27 @@ export interface FoldedStream<State> {
   readonly revision: bigint;
 }
 
+/** Revisions below this are handed out as one shared bigint each (see `sharedRevision`). */
+export const SHARED_REVISIONS = 4096;
+const SHARED_BELOW = BigInt(SHARED_REVISIONS);
+const revisions = new Array<bigint | undefined>(SHARED_REVISIONS).fill(undefined);
+
+/**
+ * The one bigint of this value, for a revision below `SHARED_REVISIONS`; any other as it is.
+ * Each bigint the event store hands out is an object of its own (24 bytes): a fold kept for
+ * every connected device, or a session that notes the revision it was checked at, would
+ * otherwise hold a copy each of the same few small numbers. At most `SHARED_REVISIONS` of them
+ * are ever made (128 KB), only as revisions that high are seen.
+ */
+export function sharedRevision(revision: bigint): bigint {
+  if (revision < 0n || revision >= SHARED_BELOW) return revision;
+  const index = Number(revision);
+  const known = revisions[index];
+  if (known !== undefined) return known;
+  revisions[index] = revision;
+  return revision;
+}
+
 /**
  * Folded states by stream name. Streams are append-only, so a cached fold plus the events
  * appended since is the current state: a command then reads only those events, not the
@@ -134,7 +155,7 @@ export async function foldStream<State, E extends DomainEvent>(
   fold: Fold<State, E>,
   streamName: string,
   options: { readonly from?: FoldedStream<State>; readonly snapshots?: SnapshotStore<State> } = {},
-): Promise<{ state: State; revision: bigint }> {
+): Promise<FoldedStream<State>> {
   const { from, snapshots } = options;
   let state = from?.state ?? fold.initialState();
   let revision = from?.revision ?? -1n;
@@ -156,14 +177,16 @@ export async function foldStream<State, E extends DomainEvent>(
     // A store that knows the stream's length says whether it is long; others are asked by reading its first events.
     const end = store.streamEnd?.(streamName);
     const long = end !== undefined ? end >= snapshots.every : (await read({ maxCount: snapshots.every })) >= snapshots.every;
-    if (end === undefined && !long) return { state, revision };
+    if (end === undefined && !long) return { state, revision: sharedRevision(revision) };
     if (long) {
       const snapshot = await snapshots.load(streamName);
       if (snapshot !== null && snapshot.revision > revision) ({ state, revision } = snapshot);
     }
   }
   await read(revision >= 0n ? { fromRevision: revision + 1n } : {});
-  return { state, revision };
+  // Nothing new since the fold it started from: that fold itself, not a copy (it is kept in caches).
+  if (from !== undefined && revision === from.revision) return from;
+  return { state, revision: sharedRevision(revision) };
 }
 
 /** `foldStream` with a decider's `evolve` and `initialState` given one by one. */
@@ -174,7 +197,7 @@ export function loadAggregate<State, E extends DomainEvent>(
   streamName: string,
   from?: FoldedStream<State>,
   snapshots?: SnapshotStore<State>,
-): Promise<{ state: State; revision: bigint }> {
+): Promise<FoldedStream<State>> {
   return foldStream(store, { evolve, initialState }, streamName, { from, snapshots });
 }
 
@@ -195,8 +218,9 @@ export async function handleCommand<State, C extends Command, E extends DomainEv
   const maxRetries = options.maxRetries ?? 10;
   const cache = options.cache;
   for (let attempt = 0; ; attempt++) {
-    const { state, revision } = await foldStream(store, decider, streamName, { from: cache?.get(streamName), snapshots: options.snapshots });
-    if (revision >= 0n) cache?.set(streamName, { state, revision });
+    const current = await foldStream(store, decider, streamName, { from: cache?.get(streamName), snapshots: options.snapshots });
+    const { state, revision } = current;
+    if (revision >= 0n) cache?.set(streamName, current);
     const events = decider.decide(command, state);
     if (events.length === 0) return { state, events, revision, position: null };
 
@@ -220,12 +244,12 @@ export async function handleCommand<State, C extends Command, E extends DomainEv
       throw error;
     }
     const newState = decider.evolveAll?.(state, events) ?? events.reduce(decider.evolve, state);
-    const folded = { state: newState, revision: result.nextExpectedRevision };
+    const folded = { state: newState, revision: sharedRevision(result.nextExpectedRevision) };
     cache?.set(streamName, folded);
     // The fold up to the revision just written (the append succeeded against the revision it was folded from).
     if (snapshotReady && passedSnapshotPoint(revision, folded.revision, snapshots.every)) {
       await snapshots.save(streamName, folded, ctx, clock.now().toISOString());
     }
-    return { state: newState, events, revision: result.nextExpectedRevision, position: result.position };
+    return { state: newState, events, revision: folded.revision, position: result.position };
   }
 }

@@ -62,6 +62,31 @@ export function can(role: DeviceRole, permission: DevicePermission): boolean {
 }
 
 // ---------------------------------------------------------------------------------------
+// One copy of a text
+
+/*
+ * The event log decodes every event's strings anew, so a device's fold (kept for every
+ * connected hub, src/tunnel/access.ts) and its read-model document would hold a copy of the
+ * same role, port or time per field and per event they came from. These hand back the one
+ * string already held instead: same text, one object.
+ */
+
+/** The role constant equal to `role` (one string for every link of every device). */
+export function sharedRole(role: DeviceRole): DeviceRole {
+  return role === 'owner' ? DEVICE_ROLES[0] : role === 'editor' ? DEVICE_ROLES[1] : role === 'viewer' ? DEVICE_ROLES[2] : role;
+}
+
+/** The default port's constant when `port` is that port. */
+export function sharedPort(port: string): string {
+  return port === DEFAULT_DEVICE_PORT ? DEFAULT_DEVICE_PORT : port;
+}
+
+/** `value`, or the first of `a` and `b` that is the same text. */
+export function sharedText(value: string, a: string | null, b?: string | null): string {
+  return value === a && a !== null ? a : value === b && b !== null && b !== undefined ? b : value;
+}
+
+// ---------------------------------------------------------------------------------------
 // State
 
 export interface DeviceLink {

@@ -32,6 +32,9 @@ import {
   type RegisterDevice,
   type UnlinkUser,
   type UpdateDevice,
+  sharedPort,
+  sharedRole,
+  sharedText,
 } from './device-model';
 
 export * from './device-model';
@@ -326,7 +329,7 @@ export function evolveDevice(state: DeviceState, event: DeviceEvent): DeviceStat
       deviceId: e.deviceId,
       name: e.name,
       ipAddress: e.ipAddress,
-      port: e.port,
+      port: sharedPort(e.port),
       metadata: e.metadata,
       links: {},
       gen: e.gen,
@@ -339,23 +342,27 @@ export function evolveDevice(state: DeviceState, event: DeviceEvent): DeviceStat
   if (state.status !== 'active') return state;
 
   switch (event.type) {
-    case 'DeviceUpdated':
-      return { ...state, ...event.data.changes, updatedAt: event.data.updatedAt };
+    case 'DeviceUpdated': {
+      const changes = event.data.changes;
+      return { ...state, ...changes, ...(changes.port !== undefined ? { port: sharedPort(changes.port) } : {}), updatedAt: event.data.updatedAt };
+    }
     case 'UserLinked': {
       const e = event.data;
+      // The registrant's link is made with the device: its times are the device's own.
+      const createdAt = sharedText(e.createdAt, state.createdAt, state.updatedAt);
       return withLink(state, {
         linkId: e.linkId,
         userId: e.userId,
-        role: e.role,
+        role: sharedRole(e.role),
         isActive: true,
-        createdAt: e.createdAt,
-        updatedAt: e.linkedAt,
+        createdAt,
+        updatedAt: sharedText(e.linkedAt, createdAt, state.updatedAt),
       });
     }
     case 'UserRoleChanged': {
       const link = state.links[event.data.userId];
       if (link === undefined) return state;
-      return withLink(state, { ...link, role: event.data.role, updatedAt: event.data.changedAt });
+      return withLink(state, { ...link, role: sharedRole(event.data.role), updatedAt: event.data.changedAt });
     }
     case 'UserUnlinked': {
       const link = state.links[event.data.userId];

@@ -1,4 +1,4 @@
-import { loadAggregate, type FoldedStream, type StateCache } from '../commands/handler';
+import { loadAggregate, sharedRevision, type FoldedStream, type StateCache } from '../commands/handler';
 import { createDeviceSnapshots } from '../commands/snapshots';
 import { deviceDecider, type DeviceEvent, type DeviceState } from '../domain/device';
 import { deviceStream } from '../domain/events';
@@ -22,11 +22,6 @@ export interface DeviceAccess {
   verifiedRecently(uuid: string, withinMs: number): boolean;
   /** An event of `device-<uuid>` from the live subscription. */
   apply(event: RecordedEvent): void;
-}
-
-interface Entry {
-  folded: FoldedStream<DeviceState>;
-  verifiedAt: number;
 }
 
 /**
@@ -54,19 +49,45 @@ export interface DeviceAccessOptions {
   readonly shared?: Pick<StateCache<DeviceState>, 'get' | 'set'> | undefined;
 }
 
+/**
+ * How many devices `verifiedRecently` can answer for at once (the latest `fresh` of each), and
+ * for how long. It is asked about the last fraction of a second (a refusal from the cache is
+ * rechecked at most every 250 ms); a device it no longer knows is read again, which is what a
+ * refusal without a recent check costs anyway. An idle hub's fold carries no time of its own.
+ */
+export const RECENT_VERIFICATIONS = 1024;
+export const RECENT_VERIFICATION_MS = 10_000;
+
 const newer = (a: FoldedStream<DeviceState> | undefined, b: FoldedStream<DeviceState> | undefined): FoldedStream<DeviceState> | undefined =>
   a === undefined ? b : b === undefined || a.revision >= b.revision ? a : b;
 
 export function createDeviceAccess(eventStore: EventStore, options: DeviceAccessOptions): DeviceAccess {
-  const entries = new Map<string, Entry>();
+  /** The folds by uuid, least recently read first: each one the very object the shared cache holds at that revision. */
+  const entries = new Map<string, FoldedStream<DeviceState>>();
+  /**
+   * When `fresh` last ran for the devices it ran for lately, oldest first: ms after `origin`
+   * (a small integer, not a number object per entry, for the first 24 days; then a number object).
+   */
+  const verified = new Map<string, number>();
+  const origin = options.now();
   const inFlight = new Map<string, InFlight>();
   const shared = options.shared;
   const snapshots = createDeviceSnapshots(eventStore);
 
-  const touch = (uuid: string, entry: Entry): void => {
+  const touch = (uuid: string, folded: FoldedStream<DeviceState>): void => {
     entries.delete(uuid);
-    entries.set(uuid, entry);
+    entries.set(uuid, folded);
     if (entries.size > options.maxEntries) entries.delete(entries.keys().next().value as string);
+  };
+
+  const verifiedNow = (uuid: string): void => {
+    const now = Math.floor(options.now() - origin);
+    verified.delete(uuid);
+    verified.set(uuid, now);
+    for (const [oldest, at] of verified) {
+      if (verified.size <= RECENT_VERIFICATIONS && now - at < RECENT_VERIFICATION_MS) break;
+      verified.delete(oldest);
+    }
   };
 
   return {
@@ -75,7 +96,7 @@ export function createDeviceAccess(eventStore: EventStore, options: DeviceAccess
       if (flight === undefined) inFlight.set(uuid, (flight = { reads: 0, seen: -1n }));
       flight.reads++;
       try {
-        let read = newer(entries.get(uuid)?.folded, shared?.get(deviceStream(uuid)));
+        let read = newer(entries.get(uuid), shared?.get(deviceStream(uuid)));
         for (;;) {
           const base = read;
           read = await loadAggregate<DeviceState, DeviceEvent>(eventStore, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid), base, snapshots);
@@ -83,15 +104,16 @@ export function createDeviceAccess(eventStore: EventStore, options: DeviceAccess
           if (base !== undefined && read.revision === base.revision) read = base;
           const current = entries.get(uuid);
           // The live subscription may have moved the entry on while this read was running.
-          if (current !== undefined && current.folded.revision >= flight.seen && current.folded.revision > read.revision) {
-            current.verifiedAt = options.now();
-            shared?.set(deviceStream(uuid), current.folded);
-            return current.folded;
+          if (current !== undefined && current.revision >= flight.seen && current.revision > read.revision) {
+            verifiedNow(uuid);
+            shared?.set(deviceStream(uuid), current);
+            return current;
           }
           // An event the subscription handed over during the read, newer than what the read saw: read again.
           if (read.revision < flight.seen) continue;
           if (read.revision >= 0n) {
-            touch(uuid, { folded: read, verifiedAt: options.now() });
+            touch(uuid, read);
+            verifiedNow(uuid);
             // Only a fold no newer event was seen for (the loop above): the heartbeat path trusts it as current.
             shared?.set(deviceStream(uuid), read);
           }
@@ -103,33 +125,34 @@ export function createDeviceAccess(eventStore: EventStore, options: DeviceAccess
     },
 
     peek(uuid) {
-      return entries.get(uuid)?.folded;
+      return entries.get(uuid);
     },
 
     verifiedRecently(uuid, withinMs) {
-      const entry = entries.get(uuid);
-      return entry !== undefined && options.now() - entry.verifiedAt < withinMs;
+      const at = verified.get(uuid);
+      return at !== undefined && entries.has(uuid) && options.now() - origin - at < withinMs;
     },
 
     apply(event) {
       const uuid = event.streamName.slice('device-'.length);
       const flight = inFlight.get(uuid);
       if (flight !== undefined && event.revision > flight.seen) flight.seen = event.revision;
-      const entry = entries.get(uuid);
-      if (entry === undefined || event.revision <= entry.folded.revision) return;
-      if (event.revision !== entry.folded.revision + 1n) {
+      const folded = entries.get(uuid);
+      if (folded === undefined || event.revision <= folded.revision) return;
+      if (event.revision !== folded.revision + 1n) {
         // A gap: this fold can no longer be brought up to date here; the next `fresh` reads it again.
         entries.delete(uuid);
         return;
       }
       // The heartbeat path folded the same event already (it appended it): the same fold, kept once.
+      // (`set` on a key the map holds changes the value only: the order of reads stays.)
       const same = shared?.get(event.streamName);
       if (same?.revision === event.revision) {
-        entry.folded = same;
+        entries.set(uuid, same);
         return;
       }
-      const state = deviceDecider.evolve(entry.folded.state, { type: event.type, data: event.data } as DeviceEvent);
-      entry.folded = { state, revision: event.revision };
+      const state = deviceDecider.evolve(folded.state, { type: event.type, data: event.data } as DeviceEvent);
+      entries.set(uuid, { state, revision: sharedRevision(event.revision) });
     },
   };
 }

@@ -559,3 +559,41 @@ describe('stream names', () => {
     expect(EVENT_CATEGORY.UserLinked).toBe('device');
   });
 });
+
+describe('the fold keeps one text where several say the same', () => {
+  test('from events decoded apart (strings of their own), the same state, fields in the same order', () => {
+    // Each event as the log hands it out: parsed on its own, no string shared with another.
+    const decoded = (event: DeviceEvent): DeviceEvent => JSON.parse(JSON.stringify(event)) as DeviceEvent;
+    const events: DeviceEvent[] = [
+      { type: 'DeviceRegistered', data: { id: deviceInternalId, uuid, deviceId: 'HUB-0001', name: 'Hub', ipAddress: null, port: '8123', metadata: null, gen: 0, registeredAt: T0 } },
+      { type: 'UserLinked', data: { uuid, linkId: 'link-owner', userId: owner, role: 'owner', reactivated: false, createdAt: T0, linkedAt: T0 } },
+      { type: 'UserLinked', data: { uuid, linkId: 'link-viewer', userId: viewer, role: 'viewer', reactivated: false, createdAt: T1, linkedAt: T1 } },
+      { type: 'UserRoleChanged', data: { uuid, linkId: 'link-viewer', userId: viewer, role: 'editor', previousRole: 'viewer', changedAt: T2 } },
+      { type: 'DeviceUpdated', data: { uuid, changes: { port: '9000' }, source: 'user', updatedAt: T2 } },
+      { type: 'DeviceUpdated', data: { uuid, changes: { port: '8123', name: 'Den' }, source: 'user', updatedAt: T3 } },
+    ];
+    const state = events.map(decoded).reduce(deviceDecider.evolve, deviceDecider.initialState());
+    expect(JSON.stringify(state)).toBe(
+      JSON.stringify({
+        status: 'active',
+        id: deviceInternalId,
+        uuid,
+        deviceId: 'HUB-0001',
+        name: 'Den',
+        ipAddress: null,
+        port: '8123',
+        metadata: null,
+        links: {
+          [owner]: { linkId: 'link-owner', userId: owner, role: 'owner', isActive: true, createdAt: T0, updatedAt: T0 },
+          [viewer]: { linkId: 'link-viewer', userId: viewer, role: 'editor', isActive: true, createdAt: T1, updatedAt: T2 },
+        },
+        gen: 0,
+        isOnline: false,
+        lastSeenAt: null,
+        createdAt: T0,
+        updatedAt: T3,
+      }),
+    );
+    expect(state).toEqual(events.reduce(deviceDecider.evolve, deviceDecider.initialState()));
+  });
+});

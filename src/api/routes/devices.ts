@@ -234,7 +234,9 @@ export function deviceRoutes(deps: DeviceDeps): Router {
     const claims = verified ?? deps.tokens.verifyDevice(bearerToken(req.get('Authorization')));
     const uuid = parseInput(deviceUuidParams, req.params).uuid.toLowerCase();
     if (claims.deviceUuid !== uuid) throw new ForbiddenError(HEARTBEAT_UUID_MISMATCH);
-    return { claims, uuid };
+    // The same text, as the token's own string: what the heartbeat path keeps of the device (its
+    // fold's key) then shares the string the remembered token holds, not one copy per request.
+    return { claims, uuid: claims.deviceUuid };
   };
 
   /**

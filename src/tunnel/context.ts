@@ -1,5 +1,6 @@
 import type { Socket as NetSocket } from 'node:net';
 import type { Namespace, Server, Socket } from 'socket.io';
+import { sharedRevision } from '../commands/handler';
 import type { Logger } from '../logger';
 import type { RelayDirection } from '../metrics';
 import type { ReadStore } from '../infra/readstore/port';
@@ -47,11 +48,27 @@ export type Authenticated =
   | { readonly kind: 'app'; readonly userId: string; readonly exp: number; readonly iat: number; readonly fam?: string }
   | { readonly kind: 'device'; readonly uuid: string; readonly gen: number; readonly exp: number; readonly authorizedAt: string };
 
+/**
+ * What a device socket's `data.auth` says once it is connected: its session (in
+ * `sessions.all`, by socket id) holds what the handshake proved.
+ */
+export const ADMITTED_DEVICE = Object.freeze({ kind: 'admitted-device' } as const);
+
 export interface SocketData {
-  auth: Authenticated;
-  /** A device socket's session, made (and the device claimed) before the connection is accepted. */
+  /** Who the socket is, as its handshake proved it; for a connected device socket, `ADMITTED_DEVICE`. */
+  auth: Authenticated | typeof ADMITTED_DEVICE;
+  /**
+   * A device socket's session, made (and the device claimed) before the connection is accepted,
+   * for the connection to take; from then on `sessions.all` holds it.
+   */
   device?: DeviceSession;
 }
+
+/**
+ * The `data` of every connected device socket, one object for all (a hub keeps its socket for
+ * days): what its handshake left there is let go once the session took it.
+ */
+export const CONNECTED_DEVICE_DATA: SocketData = Object.freeze({ auth: ADMITTED_DEVICE });
 
 export type TunnelServer = Server<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>;
 export type TunnelNamespace = Namespace<ClientToServerEvents, ServerToClientEvents, InterServerEvents, SocketData>;
@@ -59,7 +76,6 @@ export type TunnelSocket = Socket<ClientToServerEvents, ServerToClientEvents, In
 
 interface SessionBase {
   readonly socket: TunnelSocket;
-  readonly principal: TunnelPrincipal;
   /** Events of this socket started or waiting, in arrival order, and the promise the next one waits for. */
   waiting: number;
   tail: Promise<void>;
@@ -94,21 +110,20 @@ export type Session = AppSession | DeviceSession;
 /** The tail of a socket with nothing waiting: one settled promise for all of them. */
 export const IDLE_TAIL: Promise<void> = Promise.resolve();
 
-function newSession(socket: TunnelSocket, principal: TunnelPrincipal, exp: number): SessionBase {
-  return { socket, principal, waiting: 0, tail: IDLE_TAIL, congested: 0, expiresAt: exp > 0 ? exp * 1000 : 0, raw: null };
+function newSession(socket: TunnelSocket, exp: number): SessionBase {
+  return { socket, waiting: 0, tail: IDLE_TAIL, congested: 0, expiresAt: exp > 0 ? exp * 1000 : 0, raw: null };
 }
 
 export function appSession(socket: TunnelSocket, userId: string, exp: number): AppSession {
-  return { ...newSession(socket, { type: 'user', id: userId }, exp), kind: 'app', userId, subscriptions: new Map() };
+  return { ...newSession(socket, exp), kind: 'app', userId, subscriptions: new Map() };
 }
 
 export function deviceSession(socket: TunnelSocket, auth: Extract<Authenticated, { kind: 'device' }>): DeviceSession {
   // One literal, every field in the object itself: spread into a literal, the fields after the
   // spread went to a separate property array (a hub holds its session for days).
-  const { principal, waiting, tail, congested, expiresAt, raw } = newSession(socket, { type: 'device', id: auth.uuid }, auth.exp);
+  const { waiting, tail, congested, expiresAt, raw } = newSession(socket, auth.exp);
   return {
     socket,
-    principal,
     waiting,
     tail,
     congested,
@@ -117,10 +132,19 @@ export function deviceSession(socket: TunnelSocket, auth: Extract<Authenticated,
     kind: 'device',
     uuid: auth.uuid,
     gen: auth.gen,
-    authorizedAt: BigInt(auth.authorizedAt),
+    authorizedAt: sharedRevision(BigInt(auth.authorizedAt)),
     claim: null,
     ended: false,
   };
+}
+
+/**
+ * Who a session's events are counted against (decisions §6: the user behind an app socket, or
+ * the device). Made when asked (a rate-limit key is made for each event anyway) rather than
+ * kept in every session for its life.
+ */
+export function principalOf(session: Session): TunnelPrincipal {
+  return session.kind === 'app' ? { type: 'user', id: session.userId } : { type: 'device', id: session.uuid };
 }
 
 /** The sockets this process holds, indexed the ways the concerns look them up. */

@@ -6,6 +6,7 @@ import type { ClusterNotice, DeviceClaim, GoneDevice } from './cluster';
 import {
   addDeviceSession,
   andThen,
+  CONNECTED_DEVICE_DATA,
   deviceRoom,
   deviceSession,
   removeDeviceSession,
@@ -147,10 +148,18 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
   /** The socket is gone (or was refused) before its session ended. */
   const abandoned = (session: DeviceSession): boolean => session.ended || session.socket.conn.readyState !== 'open';
 
+  /**
+   * The device's room is how another process's app reaches it (apps.ts, `relayToDevice`); in a
+   * process alone (the in-memory adapter) nobody else does, and its own apps find the socket in
+   * `sessions.live`: the room would cost every hub an entry in the adapter's rooms and in its
+   * socket's, for nothing.
+   */
+  const withRoom = cluster.adapter !== undefined;
+
   /** Room and claim; a newer claim elsewhere or a client gone meanwhile refuses the handshake. */
   const claim = async (session: DeviceSession): Promise<void> => {
     const { uuid, socket } = session;
-    await socket.join(deviceRoom(uuid));
+    if (withRoom) await socket.join(deviceRoom(uuid));
     await cluster.roomsReady();
     const mine = await cluster.claimDevice(uuid, socket.id);
     session.claim = mine;
@@ -211,7 +220,7 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
       // accepted, nor takes a refused one out of the rooms it joined: both are done here.
       const abandon = (): void => {
         left(session);
-        void socket.leave(deviceRoom(session.uuid));
+        if (withRoom) void socket.leave(deviceRoom(session.uuid));
       };
       const onClose = (): void => {
         claiming.delete(session);
@@ -228,8 +237,11 @@ export function createDeviceSockets(ctx: TunnelContext, runner: EventRunner): De
       }
       socket.data.device = session;
     },
-    // Connected: its `disconnect` says when it leaves.
-    accepted: unwatch,
+    // Connected: its `disconnect` says when it leaves, and its session (in `sessions.all`) who it is.
+    accepted(session) {
+      unwatch(session);
+      session.socket.data = CONNECTED_DEVICE_DATA;
+    },
     onMessage: (session, args) => runner.run(session, args, failedMessage, (input) => relay(session, input)),
     left,
     end,

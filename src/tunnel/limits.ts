@@ -2,7 +2,7 @@ import type { Socket as NetSocket } from 'node:net';
 import type { z } from 'zod';
 import { DomainError } from '../domain/errors';
 import { parseInput } from '../api/validation';
-import { andThen, errorText, IDLE_TAIL, type Maybe, type Session, type TunnelContext, type TunnelSocket } from './context';
+import { andThen, errorText, IDLE_TAIL, principalOf, type Maybe, type Session, type TunnelContext, type TunnelSocket } from './context';
 import { TunnelFailure, TUNNEL_MESSAGES, toTunnelError } from './errors';
 import type { TunnelError } from './events';
 import type { LimitDecision, TunnelLimiter, TunnelLimitKind } from './limiter';
@@ -104,7 +104,7 @@ export function createEventRunner(ctx: Pick<TunnelContext, 'logger' | 'options'>
         session.tail.then(() => execute(session, input, ack, ackBody, work) ?? undefined),
       );
     },
-    consume: (session, kind) => andThen(limiter.consume(kind, session.principal), allowed),
+    consume: (session, kind) => andThen(limiter.consume(kind, principalOf(session)), allowed),
   };
 }
 
@@ -130,7 +130,7 @@ export function startSlowConsumerSweep(ctx: Pick<TunnelContext, 'logger' | 'opti
     for (const session of ctx.sessions.all.values()) {
       session.congested = queuedPackets(session.socket) > ctx.options.slowConsumerMaxQueued ? session.congested + 1 : 0;
       if (session.congested >= 2) {
-        ctx.logger.warn({ socket: session.socket.id, principal: session.principal }, 'tunnel: slow consumer cut off');
+        ctx.logger.warn({ socket: session.socket.id, principal: principalOf(session) }, 'tunnel: slow consumer cut off');
         session.socket.conn.close(true);
         // A client that does not read would not finish the WebSocket closing handshake either.
         session.raw?.destroy();

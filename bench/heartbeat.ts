@@ -139,7 +139,7 @@ async function startBareServer(tokens: Tokens, limiting: RateLimitDeps | null): 
         res.status(403).json({ statusCode: 403 });
         return;
       }
-      res.status(200).json({ success: true, device: { id: claims.sub, isOnline: true, lastSeenAt: new Date().toISOString() } });
+      res.status(200).json({ success: true, device: { id: claims.deviceUuid, isOnline: true, lastSeenAt: new Date().toISOString() } });
     } catch {
       res.status(401).json({ statusCode: 401 });
     }

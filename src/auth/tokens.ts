@@ -47,14 +47,16 @@ export interface RefreshClaims {
   readonly exp: number;
 }
 
+/**
+ * What a verified device token says that the service reads. The token's `sub` (the device's
+ * internal id) and `iat` are checked when it is verified but not kept: nothing reads them, and
+ * a hub's claims are remembered for as long as its token lives (VerifiedTokens).
+ */
 export interface DeviceClaims {
-  /** The device's internal id. */
-  readonly sub: string;
   readonly deviceUuid: string;
   readonly type: 'device';
   /** Token generation: a newer issue revokes every older token. */
   readonly gen: number;
-  readonly iat: number;
   readonly exp: number;
 }
 
@@ -112,7 +114,7 @@ export function createTokens(secrets: Pick<Secrets, 'jwtAccessSecret' | 'jwtRefr
     if (p.type !== 'device' || !isString(p.sub) || !isString(p.deviceUuid) || !isNumber(gen)) {
       throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
     }
-    return { sub: p.sub, deviceUuid: p.deviceUuid, type: 'device', gen, iat: p.iat ?? 0, exp: p.exp ?? 0 };
+    return { deviceUuid: p.deviceUuid, type: 'device', gen, exp: p.exp ?? 0 };
   };
 
   return {

@@ -1,3 +1,4 @@
+import { createSecretKey } from 'node:crypto';
 import jwt from 'jsonwebtoken';
 import { ACCESS_TOKEN_TTL_SECONDS, DEVICE_TOKEN_TTL_SECONDS, TOKEN_MESSAGES, createTokens } from '../../src/auth/tokens';
 import { VerifiedTokens } from '../../src/auth/verified-tokens';
@@ -110,6 +111,19 @@ describe('token verification with remembered tokens', () => {
     expect(() => tokens.verifyAccess(token)).toThrow(TOKEN_MESSAGES.invalid);
     jest.setSystemTime(T0 + DEVICE_TOKEN_TTL_SECONDS * 1000);
     expect(() => tokens.verifyDevice(token)).toThrow(TOKEN_MESSAGES.expired);
+  });
+
+  test('a device token\'s remembered claims are what is read of them; `sub` is still required to verify', () => {
+    jest.useFakeTimers({ now: T0 });
+    const tokens = createTokens(secrets);
+    const deviceUuid = '0b7a2c7e-2f43-4a8e-9d8a-6a1f7f1c2b3d';
+    const token = tokens.signDevice({ sub: 'd-1', deviceUuid, gen: 2 });
+    expect(tokens.verifyDevice(token)).toEqual({ deviceUuid, type: 'device', gen: 2, exp: T0 / 1000 + DEVICE_TOKEN_TTL_SECONDS });
+    // The same claims again, from memory.
+    expect(tokens.verifyDevice(token)).toBe(tokens.verifyDevice(token));
+    const key = createSecretKey(Buffer.from(secrets.jwtDeviceSecret, 'utf8'));
+    const withoutSub = jwt.sign({ deviceUuid, gen: 2, type: 'device' }, key, { algorithm: 'HS256', expiresIn: 60 });
+    expect(() => tokens.verifyDevice(withoutSub)).toThrow(TOKEN_MESSAGES.invalid);
   });
 
   test('refresh tokens are not remembered: each use is checked in full', () => {

@@ -30,57 +30,61 @@ export interface TimerSchedulerOptions {
   readonly concurrency?: number;
   /** Told of a handler's failure (the job fires again after a pause). */
   readonly onError?: (key: string, error: unknown) => void;
+  /** The bound of the queueing order's numbers (`ORDER_BELOW`; lower in tests, to see them numbered again). */
+  readonly orderBelow?: number;
 }
 
 /** Longest delay a Node timer takes; later jobs are re-checked when it fires. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/**
+ * Jobs are numbered in the order they are queued, in small integers (held in the job itself;
+ * a larger number would be an object of its own, in every job): past this, the pending ones are
+ * numbered again from 0, in their order.
+ */
+const ORDER_BELOW = 2 ** 30;
+
+/** One key's job, which is also its entry in the heap while it is pending (one object per online device). */
 interface Job {
+  readonly key: string;
   state: 'pending' | 'ready' | 'running';
+  /** Due time, epoch ms. */
   at: number;
-  /** Bumped whenever the job gets a new due time: heap entries of an older one are stale. */
-  seq: number;
-  /** A schedule() that arrived while the handler ran: fire again at this time if the run ends the job. */
+  /** When it was (re)queued, in order: jobs due at the same time fire first come, first served. */
+  order: number;
+  /** A schedule() that arrived while the handler ran: fire again at this time (epoch ms) if the run ends the job. */
   again: number | null;
 }
 
-interface HeapEntry {
-  readonly at: number;
-  readonly key: string;
-  readonly seq: number;
-  /** Insertion order: jobs due at the same time fire first come, first served. */
-  readonly order: number;
-}
+const before = (a: Job, b: Job): boolean => a.at < b.at || (a.at === b.at && a.order < b.order);
 
-const before = (a: HeapEntry, b: HeapEntry): boolean => a.at < b.at || (a.at === b.at && a.order < b.order);
-
-/** A binary min-heap by due time, then insertion order. */
+/** A binary min-heap of the pending jobs by due time, then queueing order. */
 class DueHeap {
-  private readonly items: HeapEntry[] = [];
+  private readonly items: Job[] = [];
 
   get length(): number {
     return this.items.length;
   }
 
-  peek(): HeapEntry | undefined {
+  peek(): Job | undefined {
     return this.items[0];
   }
 
-  push(entry: HeapEntry): void {
+  push(job: Job): void {
     const items = this.items;
-    items.push(entry);
+    items.push(job);
     let i = items.length - 1;
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      const p = items[parent] as HeapEntry;
-      if (!before(entry, p)) break;
+      const p = items[parent] as Job;
+      if (!before(job, p)) break;
       items[i] = p;
       i = parent;
     }
-    items[i] = entry;
+    items[i] = job;
   }
 
-  pop(): HeapEntry | undefined {
+  pop(): Job | undefined {
     const items = this.items;
     const top = items[0];
     const last = items.pop();
@@ -90,14 +94,21 @@ class DueHeap {
       const left = 2 * i + 1;
       if (left >= items.length) break;
       const right = left + 1;
-      const child = right < items.length && before(items[right] as HeapEntry, items[left] as HeapEntry) ? right : left;
-      const c = items[child] as HeapEntry;
+      const child = right < items.length && before(items[right] as Job, items[left] as Job) ? right : left;
+      const c = items[child] as Job;
       if (!before(c, last)) break;
       items[i] = c;
       i = child;
     }
     items[i] = last;
     return top;
+  }
+
+  /** Sorted, the heap is still a heap: numbers its jobs 0, 1, ... in their order and says how many. */
+  renumber(): number {
+    this.items.sort((a, b) => (before(a, b) ? -1 : before(b, a) ? 1 : 0));
+    this.items.forEach((job, i) => (job.order = i));
+    return this.items.length;
   }
 }
 
@@ -115,18 +126,14 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
   const concurrency = options.concurrency ?? 64;
   const jobs = new Map<string, Job>();
   const heap = new DueHeap();
-  const ready: string[] = [];
+  const ready: Job[] = [];
   const running = new Set<Promise<void>>();
   let handler: ExpiryHandler | null = null;
   let closed = false;
   let cancelTimer: (() => void) | null = null;
   let armedAt: number | null = null;
+  const orderBelow = options.orderBelow ?? ORDER_BELOW;
   let order = 0;
-
-  const isCurrent = (entry: HeapEntry): boolean => {
-    const job = jobs.get(entry.key);
-    return job !== undefined && job.state === 'pending' && job.seq === entry.seq;
-  };
 
   const disarm = (): void => {
     cancelTimer?.();
@@ -135,7 +142,6 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
   };
 
   const arm = (): void => {
-    while (heap.length > 0 && !isCurrent(heap.peek() as HeapEntry)) heap.pop();
     const next = heap.peek();
     if (closed || handler === null || next === undefined) {
       disarm();
@@ -147,11 +153,12 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
     cancelTimer = timers.after(Math.min(MAX_TIMER_MS, Math.max(0, next.at - timers.now())), wake);
   };
 
-  const enqueue = (key: string, job: Job, at: number): void => {
+  const enqueue = (job: Job, at: number): void => {
+    if (order >= orderBelow) order = heap.renumber();
     job.state = 'pending';
     job.at = at;
-    job.seq++;
-    heap.push({ at, key, seq: job.seq, order: order++ });
+    job.order = order++;
+    heap.push(job);
   };
 
   function wake(): void {
@@ -160,9 +167,8 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
     const now = timers.now();
     for (let top = heap.peek(); top !== undefined && top.at <= now; top = heap.peek()) {
       heap.pop();
-      if (!isCurrent(top)) continue;
-      (jobs.get(top.key) as Job).state = 'ready';
-      ready.push(top.key);
+      top.state = 'ready';
+      ready.push(top);
     }
     pump();
     arm();
@@ -170,10 +176,8 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
 
   function pump(): void {
     while (!closed && handler !== null && running.size < concurrency && ready.length > 0) {
-      const key = ready.shift() as string;
-      const job = jobs.get(key);
-      if (job === undefined || job.state !== 'ready') continue;
-      const run = fire(handler, key, job);
+      const job = ready.shift() as Job;
+      const run = fire(handler, job);
       running.add(run);
       void run.finally(() => {
         running.delete(run);
@@ -182,20 +186,21 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
     }
   }
 
-  async function fire(handle: ExpiryHandler, key: string, job: Job): Promise<void> {
+  async function fire(handle: ExpiryHandler, job: Job): Promise<void> {
     job.state = 'running';
     job.again = null;
     let next: number | null;
     try {
-      next = await handle(key);
+      next = await handle(job.key);
     } catch (error) {
-      options.onError?.(key, error);
+      options.onError?.(job.key, error);
       next = timers.now() + RETRY_AFTER_FAILURE_MS;
     }
     if (closed) return;
     const at = next ?? job.again;
-    if (at === null) jobs.delete(key);
-    else enqueue(key, job, at);
+    job.again = null;
+    if (at === null) jobs.delete(job.key);
+    else enqueue(job, at);
     arm();
   }
 
@@ -204,9 +209,9 @@ export function createTimerExpiryScheduler(options: TimerSchedulerOptions = {}):
       if (closed) throw new Error('The expiry scheduler is closed');
       const job = jobs.get(key);
       if (job === undefined) {
-        const created: Job = { state: 'pending', at, seq: 0, again: null };
+        const created: Job = { key, state: 'pending', at, order: 0, again: null };
         jobs.set(key, created);
-        enqueue(key, created, at);
+        enqueue(created, at);
         arm();
       } else if (job.state === 'running') {
         job.again = job.again === null ? at : Math.min(job.again, at);

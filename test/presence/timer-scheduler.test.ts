@@ -144,3 +144,55 @@ describe('in-process expiry scheduler (manual clock)', () => {
     await expect(scheduler.schedule('b', timers.now())).rejects.toThrow('closed');
   });
 });
+
+describe('in-process expiry scheduler: the queueing order kept in small numbers', () => {
+  test('jobs due at the same time still fire first come, first served once the order is numbered again', async () => {
+    const timers = new ManualTimers();
+    const fired: string[] = [];
+    // Numbered again whenever the order reaches 3: several times over these jobs.
+    const scheduler = createTimerExpiryScheduler({ timers, concurrency: 1, orderBelow: 3 });
+    await scheduler.start(async (key) => {
+      fired.push(key);
+      return null;
+    });
+    try {
+      const t0 = timers.now();
+      const keys = ['a', 'b', 'c', 'd', 'e', 'f', 'g'];
+      // Later ones first, then a tie at t0 + 100 in the order scheduled, then earlier ones.
+      await scheduler.schedule('late', t0 + 500);
+      for (const key of keys) await scheduler.schedule(key, t0 + 100);
+      await scheduler.schedule('early', t0 + 50);
+      expect(scheduler.deadlines()).toEqual(new Map([['late', t0 + 500], ...keys.map((key): [string, number] => [key, t0 + 100]), ['early', t0 + 50]]));
+      await timers.advance(1000);
+      expect(fired).toEqual(['early', ...keys, 'late']);
+    } finally {
+      await scheduler.close();
+    }
+  });
+
+  test('a job that fires again is queued behind those already due at its new time', async () => {
+    const timers = new ManualTimers();
+    const fired: Array<[string, number]> = [];
+    const scheduler = createTimerExpiryScheduler({ timers, concurrency: 1, orderBelow: 2 });
+    const t0 = timers.now();
+    await scheduler.start(async (key) => {
+      fired.push([key, timers.now() - t0]);
+      return key === 'a' && fired.filter(([k]) => k === 'a').length === 1 ? t0 + 300 : null;
+    });
+    try {
+      await scheduler.schedule('a', t0 + 100);
+      await scheduler.schedule('b', t0 + 300);
+      await scheduler.schedule('c', t0 + 300);
+      await timers.advance(1000);
+      expect(fired).toEqual([
+        ['a', 100],
+        ['b', 300],
+        ['c', 300],
+        ['a', 300],
+      ]);
+      expect(await scheduler.size()).toBe(0);
+    } finally {
+      await scheduler.close();
+    }
+  });
+});

@@ -1,6 +1,7 @@
 import type { Request, RequestHandler, Response } from 'express';
 import type { ApiKeyMatcher } from '../auth/api-keys';
 import { bearerToken, type Tokens } from '../auth/tokens';
+import { flatJoin } from '../infra/flat-string';
 import type { RateLimiter, Tier } from '../ratelimit/limiter';
 import { tieredRouteOf } from '../ratelimit/routes';
 import { errorBody } from './http-errors';
@@ -70,7 +71,8 @@ export function accountingFor(req: Request, res: Response, deps: Pick<RateLimitD
           res.locals.deviceClaims = claims;
           // Per token generation: a newer issue revokes the older tokens (decisions §4), so a
           // stolen one's flood of 401s never spends the budget of the hub's current token.
-          return { tier: 'heartbeat', key: `device:${claims.deviceUuid}:${claims.gen}` };
+          // Flat: the first key of each window is kept with it, for every hub.
+          return { tier: 'heartbeat', key: flatJoin('device:', claims.deviceUuid, ':', String(claims.gen)) };
         } catch {
           // an invalid device token counts per IP
         }

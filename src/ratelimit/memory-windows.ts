@@ -15,11 +15,15 @@
  * Windows run on a monotonic clock: a wall clock stepped back does not stretch them.
  */
 
-/** A key's window: its points so far, and when it ends (ms on the monotonic clock). */
+/**
+ * A key's window: its points so far, and when it ends (whole ms on the monotonic clock after the
+ * windows' `base`: a small integer, kept in the window itself, where a fractional time would be a
+ * number object of its own for every key).
+ */
 class Window {
   constructor(
     public points: number,
-    public readonly endsAt: number,
+    public endsAt: number,
   ) {}
 }
 
@@ -37,14 +41,30 @@ export type MonotonicClock = () => number;
 
 const monotonic: MonotonicClock = () => performance.now();
 
+/** Past this many ms after `base`, the windows' times move to a later base (they stay small integers). */
+export const REBASE_AFTER_MS = 2 ** 30;
+
 export class MemoryWindows {
   private readonly windows = new Map<string, Window>();
   private sweeper: NodeJS.Timeout | null = null;
+  private base: number;
 
   constructor(
     private readonly durationMs: number,
-    private readonly now: MonotonicClock = monotonic,
-  ) {}
+    private readonly clock: MonotonicClock = monotonic,
+    private readonly rebaseAfterMs = REBASE_AFTER_MS,
+  ) {
+    this.base = Math.floor(clock());
+  }
+
+  /** Whole ms after `base` (the clock's fraction of a millisecond dropped). */
+  private now(): number {
+    const now = Math.floor(this.clock()) - this.base;
+    if (now < this.rebaseAfterMs) return now;
+    this.base += now;
+    for (const window of this.windows.values()) window.endsAt -= now;
+    return 0;
+  }
 
   /** Counts one point of `key`. */
   consume(key: string): Counted {

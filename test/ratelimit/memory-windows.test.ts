@@ -77,6 +77,32 @@ describe('memory windows (embedded rate-limit counters)', () => {
   });
 });
 
+describe('memory windows: times kept in small whole numbers', () => {
+  test('a window open when the times move to a later base goes on counting and ends when it would have', () => {
+    const clock = manualClock(5_000.75);
+    // The times move to a later base every 10 s of this clock.
+    const windows = new MemoryWindows(6_000, clock.now, 10_000);
+    expect(windows.consume('a')).toEqual({ points: 1, msLeft: 6_000 });
+    clock.advance(7_000);
+    expect(windows.consume('b')).toEqual({ points: 1, msLeft: 6_000 });
+    clock.advance(4_000);
+    // Past the base: moved; `a` ended 5 s ago, `b` has 2 s left.
+    expect(windows.consume('b')).toEqual({ points: 2, msLeft: 2_000 });
+    expect(windows.consume('a')).toEqual({ points: 1, msLeft: 6_000 });
+    clock.advance(1_999);
+    expect(windows.consume('b')).toEqual({ points: 3, msLeft: 1 });
+    clock.advance(1);
+    expect(windows.consume('b')).toEqual({ points: 1, msLeft: 6_000 });
+    // Many bases later, the same rule.
+    for (let i = 0; i < 5; i++) {
+      clock.advance(3_000);
+      expect(windows.consume('c').points).toBe(i % 2 === 0 ? 1 : 2);
+    }
+    windows.sweep();
+    windows.close();
+  });
+});
+
 describe('the embedded limiter on memory windows', () => {
   const limits: Record<Tier, TierLimit> = { ...DEFAULT_LIMITS, heartbeat: { points: 2, durationSeconds: 60 } };
 

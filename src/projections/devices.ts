@@ -1,5 +1,6 @@
 import type { DeviceRole, JsonObject } from '../domain/device';
-import { DEVICE_ROLES } from '../domain/device';
+import { DEVICE_ROLES, sharedPort, sharedRole, sharedText } from '../domain/device';
+import { flatJoin } from '../infra/flat-string';
 import { asHomeHubEvent, parseStreamName } from '../domain/events';
 import type { RecordedEvent } from '../infra/eventstore/port';
 import type { ReadStore, SortKey, Where } from '../infra/readstore/port';
@@ -62,8 +63,13 @@ export function accessKey(userId: string, role: DeviceRole): string {
   return `${userId}:${role}`;
 }
 
+/** The access key a document keeps: the same text as `accessKey`, one flat string (see src/infra/flat-string.ts). */
+function storedAccessKey(userId: string, role: DeviceRole): string {
+  return flatJoin(userId, ':', role);
+}
+
 function withUsers(doc: DeviceDoc, users: readonly DeviceUserEntry[]): DeviceDoc {
-  return { ...doc, users, access: users.map((u) => accessKey(u.userId, u.role)) };
+  return { ...doc, users, access: users.map((u) => storedAccessKey(u.userId, u.role)) };
 }
 
 function later(a: string | null, b: string): string {
@@ -83,7 +89,7 @@ export function evolveDeviceDoc(doc: DeviceDoc | null, recorded: RecordedEvent):
       deviceId: e.deviceId,
       name: e.name,
       ipAddress: e.ipAddress,
-      port: e.port,
+      port: sharedPort(e.port),
       metadata: storedMetadata(e.metadata),
       isOnline: false,
       lastSeenAt: null,
@@ -98,11 +104,18 @@ export function evolveDeviceDoc(doc: DeviceDoc | null, recorded: RecordedEvent):
   switch (event.type) {
     case 'DeviceUpdated': {
       const { metadata, ...changes } = event.data.changes;
-      return { ...doc, ...changes, ...(metadata !== undefined ? { metadata: storedMetadata(metadata) } : {}), updatedAt: event.data.updatedAt };
+      return {
+        ...doc,
+        ...changes,
+        ...(changes.port !== undefined ? { port: sharedPort(changes.port) } : {}),
+        ...(metadata !== undefined ? { metadata: storedMetadata(metadata) } : {}),
+        updatedAt: event.data.updatedAt,
+      };
     }
     case 'UserLinked': {
       const e = event.data;
-      const entry: DeviceUserEntry = { userId: e.userId, role: e.role, linkId: e.linkId, createdAt: e.createdAt };
+      // The registrant's link is made with the device: its time is the document's own string.
+      const entry: DeviceUserEntry = { userId: e.userId, role: sharedRole(e.role), linkId: e.linkId, createdAt: sharedText(e.createdAt, doc.createdAt, doc.updatedAt) };
       const others = doc.users.filter((u) => u.userId !== e.userId);
       return withUsers(doc, [...others, entry]);
     }
@@ -110,7 +123,7 @@ export function evolveDeviceDoc(doc: DeviceDoc | null, recorded: RecordedEvent):
       const e = event.data;
       return withUsers(
         doc,
-        doc.users.map((u) => (u.userId === e.userId ? { ...u, role: e.role } : u)),
+        doc.users.map((u) => (u.userId === e.userId ? { ...u, role: sharedRole(e.role) } : u)),
       );
     }
     case 'UserUnlinked':

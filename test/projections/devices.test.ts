@@ -101,6 +101,42 @@ describe('devices projection', () => {
     expect((await findDevice(store, uuid))?.internalId).toBe('id-1');
   });
 
+  test('ports, roles and link times kept as one text each read the same, fields in the same order', async () => {
+    await applyAll(store, [
+      recorded(registered()),
+      recorded(linked('owner', 'owner')),
+      recorded(linked('friend', 'viewer', T1)),
+      recorded({ type: 'UserRoleChanged', data: { uuid, linkId: 'link-friend', userId: 'friend', role: 'owner', previousRole: 'viewer', changedAt: T2 } }),
+      recorded({ type: 'DeviceUpdated', data: { uuid, changes: { port: '9000', name: 'Den' }, source: 'user', updatedAt: T2 } }),
+      recorded({ type: 'DeviceUpdated', data: { uuid, changes: { port: '8123' }, source: 'user', updatedAt: T3 } }),
+    ]);
+    const [doc] = await allDocs(store);
+    expect(JSON.stringify(doc)).toBe(
+      JSON.stringify({
+        id: uuid,
+        internalId: 'id-1',
+        uuid,
+        deviceId: 'HUB-1',
+        name: 'Den',
+        ipAddress: null,
+        port: '8123',
+        metadata: null,
+        isOnline: false,
+        lastSeenAt: null,
+        createdAt: T0,
+        updatedAt: T3,
+        users: [
+          { userId: 'owner', role: 'owner', linkId: 'link-owner', createdAt: T0 },
+          { userId: 'friend', role: 'owner', linkId: 'link-friend', createdAt: T1 },
+        ],
+        access: ['owner:owner', 'friend:owner'],
+      }),
+    );
+    expect(await countOwnedDevices(store, 'friend')).toBe(1);
+    expect((await listDevicesForUser(store, { userId: 'friend', page: 1, limit: 10, sort: 'createdAt', order: 'asc', roles: ['owner'] })).total).toBe(1);
+    expect((await listDevicesForUser(store, { userId: 'friend', page: 1, limit: 10, sort: 'createdAt', order: 'asc', roles: ['viewer'] })).total).toBe(0);
+  });
+
   test('the same events applied twice give the same documents', async () => {
     const events = [recorded(registered()), recorded(linked('owner', 'owner')), recorded({ type: 'DeviceWentOnline', data: { uuid, lastSeenAt: T1 } }), recorded(beat(T2))];
     await applyAll(store, events);

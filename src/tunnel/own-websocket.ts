@@ -281,7 +281,6 @@ export class OwnWebSocket {
       this.pending.push(chunk);
       data = Buffer.concat(this.pending, this.pendingBytes);
       this.pending = null;
-    this.spare = null;
       this.spare = null;
       this.pendingBytes = 0;
     }

@@ -11,7 +11,8 @@ import { WrongExpectedRevisionError } from '../../src/infra/eventstore/port';
 import { createTimerExpiryScheduler } from '../../src/presence/timer-scheduler';
 import { MemoryWindows } from '../../src/ratelimit/memory-windows';
 import type { DeviceStatus, MessageAck, TunnelError } from '../../src/tunnel/events';
-import { api, createUser, startTestService, type TestService } from '../support/harness';
+import { allEvents } from '../support/accounts';
+import { api, createUser, CRM_KEY, startTestService, type TestService } from '../support/harness';
 import { ManualTimers } from '../support/manual-timers';
 import { twoProcesses } from '../support/two-processes';
 import { connect, deviceToken, heartbeat, linkUser, refusal, registerHub, request, unlinkUser, type Probe } from '../support/tunnel';
@@ -99,6 +100,49 @@ describe('a connected hub whose links, roles and token change (embedded: no devi
     expect((await api(service, 'POST', `/devices/heartbeat/${hub.uuid}`, { token: renewed })).status).toBe(429);
     const fresh = await on(renewed);
     expect(fresh.socket.connected).toBe(true);
+  });
+
+  test('the owner erased while the hub is connected: the hub is ended, its token refused, its name, address and metadata gone', async () => {
+    const tag = randomUUID().slice(0, 8);
+    const customerId = 800_000 + Math.floor(Math.random() * 100_000);
+    const synced = await api(service, 'POST', '/auth/sync-customer', {
+      headers: { 'X-Internal-Api-Key': CRM_KEY },
+      body: { id: customerId, first_name: 'Eve', last_name: 'Gone', email: `eve.${tag}@example.com`, active: true },
+    });
+    expect(synced.status).toBe(201);
+    const ownerId = (synced.body as { user: { id: string } }).user.id;
+    const other = await createUser(service);
+    const secrets = { name: `Secret hub ${tag}`, ipAddress: '10.77.1.2', later: '10.77.3.4', plan: `plan-${tag}` };
+    const owner = { id: ownerId, email: `eve.${tag}@example.com`, accessToken: service.tokens.signAccess({ sub: ownerId, email: `eve.${tag}@example.com`, role: 'user' }) };
+    const registered = await api(service, 'POST', '/devices/register', {
+      token: owner.accessToken,
+      body: { uuid: randomUUID(), deviceId: `HUB-${tag}`, name: secrets.name, ipAddress: secrets.ipAddress, metadata: { plan: secrets.plan } },
+    });
+    expect(registered.status).toBe(201);
+    const hub = registered.body as { id: string; uuid: string };
+    await linkUser(service, hub, owner, other, 'editor');
+    const token = await deviceToken(service, hub, owner);
+    const device = await on(token);
+    expect((await api(service, 'POST', `/devices/heartbeat/${hub.uuid}`, { token, body: { ipAddress: secrets.later, metadata: { plan: secrets.plan } } })).status).toBe(200);
+    const app = await on(other.accessToken);
+    await request(app, 'tunnel:subscribe', { deviceUuid: hub.uuid });
+
+    // Readable before: in the log and in the documents.
+    const before = JSON.stringify(await allEvents(service));
+    const doc = JSON.stringify((await api(service, 'GET', `/devices/${hub.uuid}`, { token: other.accessToken })).body);
+    for (const secret of [secrets.name, secrets.later, secrets.plan]) expect(before + doc).toContain(secret);
+    expect(before).toContain(secrets.name);
+
+    const erased = await api(service, 'POST', '/auth/erase-customer', { headers: { 'X-Internal-Api-Key': CRM_KEY }, body: { id: customerId } });
+    expect(erased).toMatchObject({ status: 200, body: { erased: true, userId: ownerId } });
+    await device.next('disconnect');
+    expect(await app.next<TunnelError>('tunnel:error', (e) => e.code === 'ACCESS_REVOKED')).toEqual({ code: 'ACCESS_REVOKED', message: expect.any(String) });
+    expect((await refusal(service, { token })).message).toBe('unauthorized');
+    expect((await api(service, 'POST', `/devices/heartbeat/${hub.uuid}`, { token })).status).toBe(401);
+    expect((await api(service, 'GET', `/devices/${hub.uuid}`, { token: other.accessToken })).status).toBe(404);
+    expect(await send(app, hub.uuid, 'x')).toEqual({ success: false, delivered: false });
+    const texts = JSON.stringify(await allEvents(service)) + JSON.stringify((await api(service, 'GET', '/devices', { token: other.accessToken })).body);
+    for (const secret of [secrets.name, secrets.ipAddress, secrets.later, secrets.plan]) expect(texts).not.toContain(secret);
   });
 
   test('two connections of one device in one process: the newest wins, messages reach only it', async () => {

@@ -165,6 +165,44 @@ describe('a connected hub whose links, roles and token change (embedded: no devi
   });
 });
 
+describe('concurrent handshakes of one device in one process (no device room)', () => {
+  let service: TestService;
+  beforeAll(async () => {
+    service = await startTestService('embedded');
+  }, 60_000);
+  afterAll(async () => {
+    await service?.stop();
+  });
+
+  test('of several sockets opened at once, exactly one holds the device and gets what apps send', async () => {
+    const owner = await createUser(service);
+    const hub = await registerHub(service, owner);
+    const token = await deviceToken(service, hub, owner);
+    const app = await connect(service, owner.accessToken);
+    const opened: Probe[] = [app];
+    try {
+      for (let round = 0; round < 5; round++) {
+        const settled = await Promise.allSettled(Array.from({ length: 4 }, () => connect(service, token)));
+        const sockets = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+        opened.push(...sockets);
+        expect(sockets.length).toBeGreaterThan(0);
+        // The replaced ones are told and closed (waited for, up to the probes' bound); one stays.
+        for (let waited = 0; sockets.filter((p) => p.socket.connected).length > 1 && waited < 200; waited++) await new Promise((resolve) => setTimeout(resolve, 25));
+        for (const p of sockets.filter((q) => !q.socket.connected)) expect(p.all<TunnelError>('tunnel:error').map((e) => e.code)).toEqual(['SESSION_REPLACED']);
+        const holders = sockets.filter((p) => p.socket.connected);
+        expect(holders).toHaveLength(1);
+        const holder = holders[0] as Probe;
+        expect(await request<MessageAck>(app, 'tunnel:message', { deviceUuid: hub.uuid, type: 'r', payload: round })).toEqual({ success: true, delivered: true });
+        expect((await holder.next<{ payload: unknown }>('tunnel:message')).payload).toBe(round);
+        for (const p of sockets) if (p !== holder) expect(p.all('tunnel:message')).toEqual([]);
+        holder.close();
+      }
+    } finally {
+      for (const p of opened) p.close();
+    }
+  }, 60_000);
+});
+
 describe('two API processes with Redis: an app on one reaches the hub on the other through its room', () => {
   const { a, b, on } = twoProcesses({ closeSockets: 'afterEach' });
   const send = (app: Probe, uuid: string, payload: unknown): Promise<MessageAck> => request<MessageAck>(app, 'tunnel:message', { deviceUuid: uuid, type: 'cmd', payload });
@@ -257,6 +295,16 @@ describe('a device stream past the shared revisions', () => {
       expect(whole.state.status === 'active' && whole.state.name).toBe(`C${i}`);
     }
     expect(revision).toBeGreaterThan(BigInt(SHARED_REVISIONS));
+    // Two writers at once, each from its own cache: one retries on the conflict, both land.
+    const both = await Promise.all(
+      caches.map((cache, i) => handleCommand(store, deviceDecider, deviceStream(uuid), { type: 'UpdateDevice', data: { uuid, actorUserId: owner, changes: { name: `W${i}` }, now: at() } }, ctx, clock, { cache, snapshots })),
+    );
+    revision += 2n;
+    expect(both.map((r) => r.revision).sort()).toEqual([revision - 1n, revision]);
+    const lastWriter = both.find((r) => r.revision === revision);
+    const landed = await loadAggregate(store, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid));
+    expect(landed.revision).toBe(revision);
+    expect(landed.state).toEqual(lastWriter?.state);
     // A stale expected revision above the bound is refused.
     await expect(store.append(deviceStream(uuid), toNewEvents([{ type: 'DeviceUpdated', data: { uuid, changes: { name: 'stale' }, updatedAt: at() } } as DeviceEvent], ctx, at()), revision - 1n)).rejects.toBeInstanceOf(WrongExpectedRevisionError);
     const before = await loadAggregate(store, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid));

@@ -12,7 +12,7 @@ import { createTimerExpiryScheduler } from '../../src/presence/timer-scheduler';
 import { MemoryWindows } from '../../src/ratelimit/memory-windows';
 import type { DeviceStatus, MessageAck, TunnelError } from '../../src/tunnel/events';
 import { allEvents } from '../support/accounts';
-import { api, createUser, CRM_KEY, startTestService, type TestService } from '../support/harness';
+import { api, createUser, CRM_KEY, GENEROUS_RATE_LIMITS, startTestService, type TestService } from '../support/harness';
 import { ManualTimers } from '../support/manual-timers';
 import { twoProcesses } from '../support/two-processes';
 import { connect, deviceToken, heartbeat, linkUser, refusal, registerHub, request, unlinkUser, type Probe } from '../support/tunnel';
@@ -197,6 +197,49 @@ describe('concurrent handshakes of one device in one process (no device room)', 
         for (const p of sockets) if (p !== holder) expect(p.all('tunnel:message')).toEqual([]);
         holder.close();
       }
+    } finally {
+      for (const p of opened) p.close();
+    }
+  }, 60_000);
+});
+
+describe('tunnel limits per principal, made per event', () => {
+  let service: TestService;
+  beforeAll(async () => {
+    service = await startTestService('embedded', { RATE_LIMITS: GENEROUS_RATE_LIMITS.replace(/tunnelMessage=[^,]+/, 'tunnelMessage=3/60') });
+  }, 60_000);
+  afterAll(async () => {
+    await service?.stop();
+  });
+
+  test("a user's sockets share one budget, a device's reconnections share another", async () => {
+    const owner = await createUser(service);
+    const hub = await registerHub(service, owner);
+    const token = await deviceToken(service, hub, owner);
+    const opened: Probe[] = [];
+    const open = async (t: string): Promise<Probe> => {
+      const p = await connect(service, t);
+      opened.push(p);
+      return p;
+    };
+    try {
+      const device = await open(token);
+      const [one, two] = [await open(owner.accessToken), await open(owner.accessToken)] as [Probe, Probe];
+      const send = (p: Probe, n: number): Promise<MessageAck> => request<MessageAck>(p, 'tunnel:message', { deviceUuid: hub.uuid, type: 't', payload: n });
+      expect(await send(one, 1)).toEqual({ success: true, delivered: true });
+      expect(await send(two, 2)).toEqual({ success: true, delivered: true });
+      expect(await send(one, 3)).toEqual({ success: true, delivered: true });
+      expect(await send(two, 4)).toEqual({ success: false, delivered: false });
+      expect(await two.next<TunnelError>('tunnel:error')).toEqual({ code: 'RATE_LIMITED', message: expect.any(String), retryAfter: expect.any(Number) });
+
+      const fromDevice = (p: Probe, n: number): Promise<MessageAck> => request<MessageAck>(p, 'tunnel:message', { type: 'd', payload: n });
+      expect(await fromDevice(device, 1)).toEqual({ success: true, delivered: true });
+      expect(await fromDevice(device, 2)).toEqual({ success: true, delivered: true });
+      device.close();
+      const again = await open(token);
+      expect(await fromDevice(again, 3)).toEqual({ success: true, delivered: true });
+      expect(await fromDevice(again, 4)).toEqual({ success: false, delivered: false });
+      expect((await again.next<TunnelError>('tunnel:error')).code).toBe('RATE_LIMITED');
     } finally {
       for (const p of opened) p.close();
     }

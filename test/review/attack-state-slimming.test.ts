@@ -246,6 +246,63 @@ describe('tunnel limits per principal, made per event', () => {
   }, 60_000);
 });
 
+describe('a restart of the embedded service under a hub with a long device stream', () => {
+  test('the folds and documents read back the same: current token in, old token out, links as they were, bytes identical', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hhc-slim-restart-'));
+    const env = { DATA_DIR: dir, RATE_LIMITS: GENEROUS_RATE_LIMITS };
+    let service = await startTestService('embedded', env);
+    const opened: Probe[] = [];
+    const text = async (path: string, user: User): Promise<string> => {
+      const res = await fetch(`${service.baseUrl}/api/v1${path}`, { headers: { Authorization: `Bearer ${user.accessToken}` } });
+      expect(res.status).toBe(200);
+      return res.text();
+    };
+    try {
+      const owner = await createUser(service);
+      const editor = await createUser(service);
+      const gone = await createUser(service);
+      const hub = await registerHub(service, owner);
+      // More than a few events in the device stream (the index keeps them in a list), several token generations.
+      for (let i = 0; i < 12; i++) expect((await api(service, 'PUT', `/devices/${hub.id}`, { token: owner.accessToken, body: { name: `Hub ${i}` } })).status).toBe(200);
+      await linkUser(service, hub, owner, editor, 'viewer');
+      await linkUser(service, hub, owner, editor, 'editor');
+      await linkUser(service, hub, owner, gone, 'editor');
+      await unlinkUser(service, hub, owner, gone.id);
+      const old = await deviceToken(service, hub, owner);
+      const token = await deviceToken(service, hub, owner);
+      await heartbeat(service, hub, token);
+      const paths: Array<[string, User]> = [
+        [`/devices/${hub.id}`, owner],
+        [`/devices/${hub.id}`, editor],
+        ['/devices', owner],
+        ['/devices?role=editor', editor],
+      ];
+      const before = await Promise.all(paths.map(([path, user]) => text(path, user)));
+      await service.stop();
+
+      service = await startTestService('embedded', env);
+      expect(await Promise.all(paths.map(([path, user]) => text(path, user)))).toEqual(before);
+      expect((await refusal(service, { token: old })).message).toBe('unauthorized');
+      expect((await api(service, 'POST', `/devices/heartbeat/${hub.uuid}`, { token: old })).status).toBe(401);
+      const device = await connect(service, token);
+      opened.push(device);
+      await heartbeat(service, hub, token);
+      const byEditor = await connect(service, editor.accessToken);
+      const byGone = await connect(service, gone.accessToken);
+      opened.push(byEditor, byGone);
+      expect(await request<MessageAck>(byEditor, 'tunnel:message', { deviceUuid: hub.uuid, type: 't', payload: 'in' })).toEqual({ success: true, delivered: true });
+      expect((await device.next<{ payload: unknown }>('tunnel:message')).payload).toBe('in');
+      expect(await request<MessageAck>(byGone, 'tunnel:message', { deviceUuid: hub.uuid, type: 't', payload: 'out' })).toEqual({ success: false, delivered: false });
+      expect((await byGone.next<TunnelError>('tunnel:error')).code).toBe('NOT_FOUND');
+      expect(device.all<{ payload: unknown }>('tunnel:message').map((m) => m.payload)).toEqual(['in']);
+    } finally {
+      for (const p of opened) p.close();
+      await service.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
+
 describe('two API processes with Redis: an app on one reaches the hub on the other through its room', () => {
   const { a, b, on } = twoProcesses({ closeSockets: 'afterEach' });
   const send = (app: Probe, uuid: string, payload: unknown): Promise<MessageAck> => request<MessageAck>(app, 'tunnel:message', { deviceUuid: uuid, type: 'cmd', payload });

@@ -384,10 +384,34 @@ export class TunnelEngine extends EngineServer {
    * sets it: src/runtime/turns.ts), but those `atOnce` says go first (an app's); unset: at once.
    */
   handshakeTurns: { readonly turns: Turns; readonly atOnce: (frame: string) => boolean } | undefined;
+  /** WebSocket upgrades taken a few a turn when many come together (the tunnel gives the handshakes' turns); unset: at once. */
+  upgradeTurns: Turns | undefined;
 
   constructor(options: ServerOptions) {
     super(options);
     this.tickMs = tickMsFor(this.opts);
+  }
+
+  /**
+   * An upgrade (a WebSocket's HTTP request, parsed) waits its turn as first frames do: the
+   * engine's work for it (its checks, the `101`, the connection and its open packet) is done a
+   * few a turn of the event loop when many came together, so that requests read meanwhile (a
+   * person's) are not behind all of them. The TCP socket is not read meanwhile; an error on it
+   * destroys it, and one destroyed by then is let go.
+   */
+  override handleUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    const turns = this.upgradeTurns;
+    if (turns === undefined) {
+      super.handleUpgrade(req as never, socket as never, head);
+      return;
+    }
+    const onError = (): void => void socket.destroy();
+    socket.on('error', onError);
+    turns.run(() => {
+      socket.removeListener('error', onError);
+      if (socket.destroyed) return;
+      super.handleUpgrade(req as never, socket as never, head);
+    });
   }
 
   /** The tick a connection just heard from (or just opened) is pinged at: `pingInterval` on. */

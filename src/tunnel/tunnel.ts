@@ -188,7 +188,11 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   // one that has waited half of Socket.IO's connect timeout is taken besides the count, before
   // that timeout closes its connection (its client would come back at the end of the queue).
   const turns = admission !== null ? createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2 }) : null;
-  if (turns !== null) engine.handshakeTurns = { turns, atOnce: (frame) => appHandshakeFrame(frame, nsp.name) };
+  if (turns !== null) {
+    engine.handshakeTurns = { turns, atOnce: (frame) => appHandshakeFrame(frame, nsp.name) };
+    // Upgrades in the same turns: a crowd's upgrades read together are not one long turn either.
+    engine.upgradeTurns = turns;
+  }
   const admitted = admission !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }) : null;
   const expiry = startExpirySweep(ctx, clock);
   acceptConnections(ctx, {

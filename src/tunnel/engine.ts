@@ -384,7 +384,7 @@ export class TunnelEngine extends EngineServer {
    * sets it: src/runtime/turns.ts), but those `atOnce` says go first (an app's); unset: at once.
    */
   handshakeTurns: { readonly turns: Turns; readonly atOnce: (frame: string) => boolean } | undefined;
-  /** WebSocket upgrades taken a few a turn when many come together (the tunnel gives the handshakes' turns); unset: at once. */
+  /** WebSocket upgrades taken a few a turn when many come together (the tunnel gives turns of their own, not the first frames': an app's upgrade is not behind the hubs' handshakes); unset: at once. */
   upgradeTurns: Turns | undefined;
 
   constructor(options: ServerOptions) {

@@ -190,8 +190,10 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   const turns = admission !== null ? createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2 }) : null;
   if (turns !== null) {
     engine.handshakeTurns = { turns, atOnce: (frame) => appHandshakeFrame(frame, nsp.name) };
-    // Upgrades in the same turns: a crowd's upgrades read together are not one long turn either.
-    engine.upgradeTurns = turns;
+    // Upgrades in turns of their own: a crowd's upgrades read together are not one long turn
+    // either, and an app's upgrade does not wait behind the hubs' first frames (its handshake
+    // goes at once: behind them in the same queue, it would wait for all of them all the same).
+    engine.upgradeTurns = createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2 });
   }
   const admitted = admission !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }) : null;
   const expiry = startExpirySweep(ctx, clock);

@@ -3,7 +3,9 @@ import type { Socket } from 'node:net';
 import { createTurns, type Turns } from '../../src/runtime/turns';
 import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
 import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
-import { nextTurn, until } from '../support/event-loop';
+import { WebSocket } from 'ws';
+import { holdEventLoop, nextTurn, until } from '../support/event-loop';
+import { createUser, serviceForDescribe } from '../support/harness';
 import { answerHead, openSocket, statusOf, UPGRADE_REQUEST } from '../support/raw-http';
 
 /**
@@ -261,6 +263,66 @@ describe('a flood of upgrades in real turns', () => {
     } finally {
       for (const socket of sockets) socket.destroy();
       await stopEngineServer(harness);
+    }
+  }, 120_000);
+});
+
+/**
+ * An app's WebSocket, opened while hubs' first frames wait their turn: an app's handshake goes
+ * at once (`handshakeTurns.atOnce`), so its upgrade must not wait behind the hubs' handshakes
+ * either, or the app waits for all of them (as it did not before upgrades took turns).
+ */
+describe('the service, an app connecting behind a flood of hub handshakes', () => {
+  const serviceOf = serviceForDescribe('embedded');
+
+  test("an app's upgrade and handshake are answered before the hubs' handshakes queued ahead of it", async () => {
+    const service = serviceOf();
+    const owner = await createUser(service);
+    const url = `${service.baseUrl.replace('http', 'ws')}/socket.io/?EIO=4&transport=websocket`;
+    const hubs: Array<{ ws: WebSocket; answered: boolean }> = [];
+    let app: WebSocket | undefined;
+    try {
+      for (let i = 0; i < 1000; i += 50) {
+        hubs.push(
+          ...(await Promise.all(
+            Array.from({ length: 50 }, () => {
+              const hub = { ws: new WebSocket(url, { perMessageDeflate: false }), answered: false };
+              hub.ws.on('error', () => undefined);
+              hub.ws.on('close', () => void (hub.answered = true));
+              return new Promise<typeof hub>((resolve) =>
+                hub.ws.on('message', (data: Buffer) => {
+                  const text = data.toString();
+                  if (text.startsWith('0')) resolve(hub);
+                  else if (text === '2') hub.ws.send('3');
+                  else if (text.startsWith('4')) hub.answered = true;
+                }),
+              );
+            }),
+          )),
+        );
+      }
+      let answeredWhenAppIn = -1;
+      const appIn = new Promise<string>((resolve, reject) => {
+        app = new WebSocket(url, { perMessageDeflate: false });
+        app.on('error', reject);
+        app.on('message', (data: Buffer) => {
+          const text = data.toString();
+          if (text.startsWith('0')) app?.send(`40/tunnel,${JSON.stringify({ token: owner.accessToken })}`);
+          else if (text.startsWith('40/tunnel,') || text.startsWith('44/tunnel,')) {
+            answeredWhenAppIn = hubs.filter((h) => h.answered).length;
+            resolve(text);
+          }
+        });
+      });
+      for (const hub of hubs) hub.ws.send('40/tunnel,{"token":"junk"}');
+      holdEventLoop(200);
+      expect(await appIn).toMatch(/^40\/tunnel,\{"sid":/);
+      await until(() => hubs.every((h) => h.answered), 'every hub handshake answered', 60_000);
+      // Behind all of them, the app would have been answered after (nearly) every hub.
+      expect(answeredWhenAppIn).toBeLessThan(hubs.length / 2);
+    } finally {
+      for (const hub of hubs) hub.ws.terminate();
+      app?.terminate();
     }
   }, 120_000);
 });

@@ -1,7 +1,6 @@
 import { ServerResponse, type IncomingMessage } from 'node:http';
 import { Socket as NetSocket } from 'node:net';
 import { WebSocket, WebSocketServer, type ServerOptions } from 'ws';
-import type { WebSocketConnection } from './engine';
 import { OwnWebSocket } from './own-websocket';
 
 /**
@@ -54,33 +53,8 @@ class MaskReleasingReceiver extends Receiver {
 /** `ws`'s WebSocket with the method (not typed) that gives it its TCP connection and its Receiver. */
 const WebSocketWithSocket = WebSocket as unknown as new (...args: ConstructorParameters<typeof WebSocket>) => WebSocket & { setSocket(...args: unknown[]): void };
 
-/** The parts of `ws`'s WebSocket (not typed) its closing handshake keeps: its TCP connection, and the timer that destroys it. */
-interface ClosingInternals {
-  _socket: NetSocket | null;
-  _closeTimer: NodeJS.Timeout | null;
-  _closeTimeout: number;
-}
-
-/** The WebSocket of a tunnel connection: its receiver lets each frame's mask go, and a closing one is never left without a deadline. */
+/** The WebSocket `ws` makes for every upgrade but the tunnel's own connections' (a long-polling client's): its receiver lets each frame's mask go. */
 export class TunnelWebSocket extends WebSocketWithSocket {
-  /** The tunnel's connection over this socket (src/tunnel/engine.ts), once its handshake opened one. */
-  connection: WebSocketConnection | undefined = undefined;
-
-  /**
-   * A deadline for a closing socket that has none: `ws` destroys its TCP connection
-   * `closeTimeout` (30 s) after `close()`, but a client's end (a FIN without a close frame)
-   * makes it closing without `close()`: it ends its side and waits for what it wrote to reach
-   * the client, which, reading nothing, never lets it. Armed as `ws` arms its own (`ws`
-   * clears it when the connection closes); nothing when a timer is armed or the connection
-   * is gone.
-   */
-  closeWithin(): void {
-    const self = this as unknown as ClosingInternals;
-    const socket = self._socket;
-    if (this.readyState !== WebSocket.CLOSING || self._closeTimer !== null || socket === null || socket.destroyed) return;
-    self._closeTimer = setTimeout(() => socket.destroy(), self._closeTimeout);
-  }
-
   override setSocket(...args: unknown[]): void {
     super.setSocket(...args);
     const receiver = (this as unknown as { _receiver?: ReceiverInternals })._receiver;

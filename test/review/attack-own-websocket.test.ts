@@ -1,4 +1,4 @@
-import { connect as tcpConnect, createServer, type Server as NetServer, type Socket as NetSocket } from 'node:net';
+import { connect as tcpConnect, type Socket as NetSocket } from 'node:net';
 import { once } from 'node:events';
 import type { ServerOptions, Socket } from 'socket.io';
 import { io as ioClient, type Socket as ClientSocket } from 'socket.io-client';
@@ -14,6 +14,7 @@ import type { MessageAck, MessageFromDevice, MessageToDevice } from '../../src/t
 import { createUser, serviceForDescribe } from '../support/harness';
 import { connect as connectProbe, deviceToken, registerHub, request } from '../support/tunnel';
 import { twoProcesses } from '../support/two-processes';
+import { acceptingListener, binaryFrame as binary, clientFrame as frame, closeFrame, continuationFrame as continuation, textFrame as text } from '../support/websocket-frames';
 
 /**
  * Attacks from outside on the tunnel's own WebSocket (src/tunnel/own-websocket.ts): RFC 6455
@@ -37,32 +38,7 @@ async function until<T>(what: string, read: () => T | undefined | false, timeout
   }
 }
 
-/** A client's frame: masked (with `mask`), FIN and opcode in `first`, the shortest length field unless `long`. */
-function frame(first: number, payload: Buffer | string, options: { mask?: number[]; long?: boolean } = {}): Buffer {
-  const body = Buffer.from(payload);
-  const mask = options.mask ?? [0x12, 0x34, 0x56, 0x78];
-  const head: number[] = [first];
-  if (options.long !== true && body.length < 126) head.push(0x80 | body.length);
-  else if (options.long !== true && body.length < 65_536) head.push(0x80 | 126, body.length >> 8, body.length & 0xff);
-  else {
-    const long = Buffer.alloc(8);
-    long.writeBigUInt64BE(BigInt(body.length));
-    head.push(0x80 | 127, ...long);
-  }
-  const wire = Buffer.from(body);
-  for (let i = 0; i < wire.length; i++) wire[i] = (wire[i] as number) ^ (mask[i % 4] as number);
-  return Buffer.concat([Buffer.from(head), Buffer.from(mask), wire]);
-}
-const text = (payload: string | Buffer, fin = true): Buffer => frame((fin ? 0x80 : 0) | 0x1, payload);
-const binary = (payload: Buffer, fin = true): Buffer => frame((fin ? 0x80 : 0) | 0x2, payload);
-const continuation = (payload: string | Buffer, fin: boolean): Buffer => frame((fin ? 0x80 : 0) | 0x0, payload);
 const ping = (payload: string | Buffer): Buffer => frame(0x89, payload);
-const closeFrame = (code: number, reason = ''): Buffer => {
-  const payload = Buffer.alloc(2 + Buffer.byteLength(reason));
-  payload.writeUInt16BE(code, 0);
-  payload.write(reason, 2);
-  return frame(0x88, payload);
-};
 
 interface ServerFrame {
   readonly opcode: number;
@@ -229,23 +205,7 @@ describe('findings: what the service did wrong, and does right now', () => {
 
 type Side = 'own' | 'ws';
 
-let listener: NetServer;
-const accepted: NetSocket[] = [];
-
-beforeAll(async () => {
-  listener = createServer({ allowHalfOpen: true }, (socket) => accepted.push(socket));
-  listener.listen(0, '127.0.0.1');
-  await once(listener, 'listening');
-});
-
-afterAll(async () => {
-  listener.close();
-  await once(listener, 'close');
-});
-
-afterEach(() => {
-  for (const socket of accepted.splice(0)) socket.destroy();
-});
+const { accepted, port: listenerPort } = acceptingListener();
 
 interface Pair {
   readonly client: NetSocket;
@@ -258,7 +218,7 @@ interface Pair {
 
 async function pair(side: Side, maxPayload = MAX_PAYLOAD, listening = true): Promise<Pair> {
   const count = accepted.length;
-  const client = tcpConnect((listener.address() as { port: number }).port, '127.0.0.1');
+  const client = tcpConnect(listenerPort(), '127.0.0.1');
   tcps.push(client);
   client.on('error', () => undefined);
   await once(client, 'connect');
@@ -295,7 +255,7 @@ describe('findings on the WebSocket alone', () => {
     p.serverTcp.on('data', () => chunks++);
     const payload = 60_000;
     p.client.setNoDelay(true);
-    p.client.write(frame(0x82, Buffer.alloc(0), { long: true }).subarray(0, 2));
+    p.client.write(frame(0x82, Buffer.alloc(0), { lengthField: '64' }).subarray(0, 2));
     // A 64-bit length of 60,000 and a zero mask, then the payload a byte a write.
     const header = Buffer.alloc(12);
     header.writeBigUInt64BE(BigInt(payload), 0);
@@ -380,7 +340,7 @@ describe('held: frames split anywhere, as ws hears them', () => {
     continuation('ment', true),
     binary(Buffer.from([1, 2, 3])),
     text('y'.repeat(300)),
-    frame(0x81, 'long length field', { long: true }),
+    frame(0x81, 'long length field', { lengthField: '64' }),
     frame(0x81, 'zero mask', { mask: [0, 0, 0, 0] }),
   ]);
   const expected = ['42["a"]', 'fragment', 'bin:010203', 'y'.repeat(300), 'long length field', 'zero mask'];
@@ -408,7 +368,7 @@ describe('held: frames split anywhere, as ws hears them', () => {
       continuation(Buffer.alloc(900, 6), false),
       continuation(Buffer.alloc(3, 7), true),
       text('z'.repeat(130)),
-      frame(0x81, 'x'.repeat(2000), { long: true }),
+      frame(0x81, 'x'.repeat(2000), { lengthField: '64' }),
     ]);
     const chunks: Buffer[] = [];
     for (let at = 0; at < long.length; ) {
@@ -477,7 +437,7 @@ describe('held: what a client can make the service keep', () => {
   test('a 64-bit length of 1 MB over the largest payload: refused (1009) from its header, the megabyte that follows never parsed', async () => {
     for (const side of ['own', 'ws'] as const) {
       const p = await pair(side);
-      p.client.write(frame(0x82, Buffer.alloc(1024 * 1024, 7), { long: true }));
+      p.client.write(frame(0x82, Buffer.alloc(1024 * 1024, 7), { lengthField: '64' }));
       await until('the close frame', () => closeStatusOf(p.answer.frames) !== undefined);
       expect(closeStatusOf(p.answer.frames)).toBe(1009);
       expect(p.messages).toEqual([]);

@@ -7,6 +7,7 @@ import { WebSocket } from 'ws';
 import { holdEventLoop, nextTurn, until } from '../support/event-loop';
 import { createUser, serviceForDescribe } from '../support/harness';
 import { answerHead, openSocket, statusOf, UPGRADE_REQUEST } from '../support/raw-http';
+import { manualTurns, type ManualTurns } from '../support/manual-turns';
 
 /**
  * Review of WebSocket upgrades taken in turns (src/tunnel/engine.ts
@@ -14,23 +15,6 @@ import { answerHead, openSocket, statusOf, UPGRADE_REQUEST } from '../support/ra
  * The engine is given turns that run a job only when the test releases them, so what happens
  * while an upgrade waits is decided by the test, not by how busy the machine is.
  */
-
-interface ManualTurns extends Turns {
-  readonly jobs: Array<() => void>;
-  release(): void;
-}
-
-function manualTurns(): ManualTurns {
-  const jobs: Array<() => void> = [];
-  return {
-    jobs,
-    run: (job) => void jobs.push(job),
-    stats: () => ({ waiting: jobs.length, perTurn: 0, waited: 0, overdue: 0 }),
-    release() {
-      for (const job of jobs.splice(0)) job();
-    },
-  };
-}
 
 interface Harness extends EngineServer {
   readonly port: number;

@@ -1,7 +1,6 @@
 import type { Socket as NetSocket } from 'node:net';
 import type { Socket } from 'socket.io';
 import { WebSocket } from 'ws';
-import type { Turns } from '../../src/runtime/turns';
 import { appHandshakeFrame } from '../../src/tunnel/admission';
 import { WebSocketConnection } from '../../src/tunnel/engine';
 import type { OwnWebSocket } from '../../src/tunnel/own-websocket';
@@ -12,6 +11,7 @@ import { holdEventLoop, nextTurn, until } from '../support/event-loop';
 import { createUser, serviceForDescribe } from '../support/harness';
 import { scrape } from '../support/metrics';
 import { connect, deviceToken, registerHub, request, type Probe } from '../support/tunnel';
+import { manualTurns, type ManualTurns } from '../support/manual-turns';
 
 /**
  * Review of a connection's first frame waiting its turn (src/tunnel/engine.ts
@@ -25,24 +25,6 @@ import { connect, deviceToken, registerHub, request, type Probe } from '../suppo
 
 async function turnsPass(n: number): Promise<void> {
   for (let i = 0; i < n; i++) await nextTurn();
-}
-
-/** Turns whose jobs run only when the test releases them. */
-interface ManualTurns extends Turns {
-  readonly jobs: Array<() => void>;
-  release(): void;
-}
-
-function manualTurns(): ManualTurns {
-  const jobs: Array<() => void> = [];
-  return {
-    jobs,
-    run: (job) => void jobs.push(job),
-    stats: () => ({ waiting: jobs.length, perTurn: 0, waited: 0, overdue: 0 }),
-    release() {
-      for (const job of jobs.splice(0)) job();
-    },
-  };
 }
 
 interface Harness extends EngineServer {

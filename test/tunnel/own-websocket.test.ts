@@ -1,8 +1,9 @@
-import { createServer, connect, type Server, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { once } from 'node:events';
 import { WebSocket } from 'ws';
 import type { WebSocketConnection } from '../../src/tunnel/engine';
 import { CLOSED, OwnWebSocket } from '../../src/tunnel/own-websocket';
+import { acceptingListener, binaryFrame as binary, clientFrame as frame, closeFrame as close, continuationFrame as continuation, textFrame as text } from '../support/websocket-frames';
 
 /**
  * The tunnel's own WebSocket (src/tunnel/own-websocket.ts), frame by frame over real TCP, side
@@ -29,30 +30,7 @@ interface Answer {
 
 type Side = 'own' | 'ws';
 
-let listener: Server;
-let accepted: Socket[] = [];
-
-beforeAll(async () => {
-  listener = createServer({ allowHalfOpen: true }, (socket) => accepted.push(socket));
-  listener.listen(0, '127.0.0.1');
-  await once(listener, 'listening');
-});
-
-afterAll(async () => {
-  listener.close();
-  await once(listener, 'close');
-});
-
-afterEach(() => {
-  for (const socket of accepted.splice(0)) socket.destroy();
-  accepted = [];
-});
-
-function port(): number {
-  const address = listener.address();
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
-}
+const { accepted, port } = acceptingListener();
 
 async function until(what: string, read: () => boolean, timeoutMs = 3000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -122,36 +100,6 @@ async function pair(side: Side): Promise<{ client: Socket; heard: Heard; answer:
   }
   return { client, heard, answer: answerOf(client), server, serverTcp };
 }
-
-/** A frame as a client writes it: masked with `mask` (a fixed one unless given), FIN and the opcode in `first`. */
-function frame(first: number, payload: Buffer | string, options: { masked?: boolean; mask?: number[]; lengthField?: 'short' | '16' | '64' } = {}): Buffer {
-  const body = Buffer.from(payload);
-  const masked = options.masked ?? true;
-  const mask = Buffer.from(options.mask ?? [0x12, 0x34, 0x56, 0x78]);
-  const field = options.lengthField ?? (body.length < 126 ? 'short' : body.length < 65_536 ? '16' : '64');
-  const head: number[] = [first];
-  const maskBit = masked ? 0x80 : 0;
-  if (field === 'short') head.push(maskBit | body.length);
-  else if (field === '16') head.push(maskBit | 126, body.length >> 8, body.length & 0xff);
-  else {
-    const long = Buffer.alloc(8);
-    long.writeBigUInt64BE(BigInt(body.length));
-    head.push(maskBit | 127, ...long);
-  }
-  const wire = Buffer.from(body);
-  if (masked) for (let i = 0; i < wire.length; i++) wire[i] = (wire[i] as number) ^ (mask[i % 4] as number);
-  return Buffer.concat([Buffer.from(head), masked ? mask : Buffer.alloc(0), wire]);
-}
-const text = (payload: string, fin = true): Buffer => frame((fin ? 0x80 : 0) | 0x1, payload);
-const binary = (payload: Buffer, fin = true): Buffer => frame((fin ? 0x80 : 0) | 0x2, payload);
-const continuation = (payload: string, fin: boolean): Buffer => frame((fin ? 0x80 : 0) | 0x0, payload);
-const close = (code?: number, reason = ''): Buffer => {
-  if (code === undefined) return frame(0x88, Buffer.alloc(0));
-  const payload = Buffer.alloc(2 + Buffer.byteLength(reason));
-  payload.writeUInt16BE(code, 0);
-  payload.write(reason, 2);
-  return frame(0x88, payload);
-};
 
 /** The status of the server's close frame (1005: none given; undefined: no close frame). */
 const closeStatus = (answer: Answer): number | undefined => {

@@ -1,9 +1,9 @@
 import { connect, type Socket as NetSocket } from 'node:net';
 import { WebSocket } from 'ws';
-import type { Turns } from '../../src/runtime/turns';
 import { TunnelWebSocketServer } from '../../src/tunnel/websocket';
 import { startEngineServer, stopEngineServer, type EngineServer } from '../support/engine-harness';
 import { nextTurn, until } from '../support/event-loop';
+import { manualTurns, type ManualTurns } from '../support/manual-turns';
 
 /**
  * WebSocket upgrades in turns (`TunnelEngine.upgradeTurns`, src/tunnel/engine.ts): an upgrade
@@ -11,23 +11,6 @@ import { nextTurn, until } from '../support/event-loop';
  * and the upgrade completes at its turn; one whose client went away meanwhile is let go. The
  * turns here run a job only when the test releases them.
  */
-
-interface ManualTurns extends Turns {
-  readonly jobs: Array<() => void>;
-  release(): void;
-}
-
-function manualTurns(): ManualTurns {
-  const jobs: Array<() => void> = [];
-  return {
-    jobs,
-    run: (job) => void jobs.push(job),
-    stats: () => ({ waiting: jobs.length, perTurn: 0, waited: 0, overdue: 0 }),
-    release() {
-      for (const job of jobs.splice(0)) job();
-    },
-  };
-}
 
 let server: EngineServer;
 let turns: ManualTurns;

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -42,10 +42,16 @@ export function openFileLimit(read: () => string = () => readFileSync('/proc/sel
   }
 }
 
-/** The descriptors this process has open now (Linux's `/proc/self/fd`); null when unknown. */
-function openDescriptors(): number | null {
+/**
+ * The descriptors this process has open now (Linux's `/proc/self/fd`); null when unknown.
+ * Linux 6.2 and later give their count as the directory's size: a `stat` of a few microseconds.
+ * Older kernels say 0, and the directory is listed: a name per descriptor, about 19 ms at
+ * 19,000 of them (a hub each), on the event loop.
+ */
+export function openDescriptors(): number | null {
   try {
-    return readdirSync('/proc/self/fd').length;
+    const size = statSync('/proc/self/fd').size;
+    return size > 0 ? size : readdirSync('/proc/self/fd').length;
   } catch {
     return null;
   }

@@ -18,6 +18,11 @@
  * after a shorter one, so a fast machine runs more of them a turn and a busy one fewer. A job
  * that has waited `maxWaitMs` runs at the next turn besides the count (as many again as the
  * count at most: behind a longer backlog of them, it waits longer).
+ *
+ * And a turn's jobs stop at `budgetMs` of their own time (each one timed, its synchronous part),
+ * whatever the count: the count follows the turns after the fact, and after a quiet spell it
+ * has grown, so a crowd that comes back at once (a wave of upgrades read in one poll) would
+ * all run in the turn it arrived in.
  */
 
 export interface TurnsOptions {
@@ -31,6 +36,8 @@ export interface TurnsOptions {
   readonly targetTurnMs?: number;
   /** A job that has waited this long runs at the next turn, besides the count (default 10 s; as many again as the count, at most). */
   readonly maxWaitMs?: number;
+  /** A turn runs no more jobs once they took this long in it (default a quarter of `targetTurnMs`); at least one a turn. */
+  readonly budgetMs?: number;
   /** The clock, ms (default `performance.now()`). */
   readonly now?: () => number;
 }
@@ -92,8 +99,11 @@ export function createTurns(options: TurnsOptions = {}): Turns {
   const minPerTurn = Math.max(1, Math.min(maxPerTurn, options.minPerTurn ?? 8));
   const targetTurnMs = options.targetTurnMs ?? 80;
   const maxWaitMs = options.maxWaitMs ?? 10_000;
+  const budgetMs = options.budgetMs ?? targetTurnMs / 4;
   let perTurn = Math.max(minPerTurn, Math.min(maxPerTurn, options.initialPerTurn ?? 32));
   let ranThisTurn = 0;
+  // The time this turn's jobs took (their synchronous part).
+  let spentThisTurn = 0;
   // When the last turn with jobs waiting began: the next one measures the turn between them.
   let turnStartedAt: number | null = null;
   let scheduled = false;
@@ -110,9 +120,10 @@ export function createTurns(options: TurnsOptions = {}): Turns {
       perTurn = t - turnStartedAt > targetTurnMs ? Math.max(minPerTurn, Math.floor(perTurn * 0.75)) : Math.min(maxPerTurn, perTurn + Math.ceil(perTurn / 16));
     }
     ranThisTurn = 0;
-    while (queue.length > 0 && ranThisTurn < perTurn) {
+    spentThisTurn = 0;
+    while (queue.length > 0 && ranThisTurn < perTurn && (ranThisTurn === 0 || spentThisTurn < budgetMs)) {
       ranThisTurn++;
-      (queue.shift() as Waiting).job();
+      timed((queue.shift() as Waiting).job);
     }
     // Those that have waited too long, as many again at most: a backlog is not let go at once.
     for (let head = queue.peek(), extra = 0; head !== undefined && extra < perTurn && t - head.since >= maxWaitMs; head = queue.peek(), extra++) {
@@ -127,6 +138,15 @@ export function createTurns(options: TurnsOptions = {}): Turns {
     }
   };
 
+  const timed = (job: () => void): void => {
+    const start = now();
+    try {
+      job();
+    } finally {
+      spentThisTurn += now() - start;
+    }
+  };
+
   const schedule = (): void => {
     if (scheduled) return;
     scheduled = true;
@@ -135,11 +155,11 @@ export function createTurns(options: TurnsOptions = {}): Turns {
 
   return {
     run(job) {
-      if (queue.length === 0 && ranThisTurn < perTurn) {
+      if (queue.length === 0 && ranThisTurn < perTurn && spentThisTurn < budgetMs) {
         ranThisTurn++;
-        // The count is per turn: the next turn starts it again.
+        // The count and the budget are per turn: the next turn starts them again.
         schedule();
-        job();
+        timed(job);
         return;
       }
       waited++;

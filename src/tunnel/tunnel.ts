@@ -49,6 +49,8 @@ import { leanRooms } from './lean-rooms';
 
 /** Socket.IO closes a connection whose namespace handshake has not come within this (ms). */
 const CONNECT_TIMEOUT_MS = 10_000;
+/** The length of a turn of the event loop the handshakes' and upgrades' turns aim at while hubs pour in (src/runtime/turns.ts). */
+const TURN_TARGET_MS = 40;
 
 export { DEFAULT_TUNNEL_OPTIONS, deviceRoom, subscribersRoom, userSubscribersRoom, type TunnelOptions } from './context';
 
@@ -187,13 +189,16 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   // Hubs' handshakes (a client's first frame) a few a turn of the event loop, an app's at once;
   // one that has waited half of Socket.IO's connect timeout is taken besides the count, before
   // that timeout closes its connection (its client would come back at the end of the queue).
-  const turns = admission !== null ? createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2 }) : null;
+  // Turns of the event loop kept near 40 ms while hubs pour in, their jobs to 10 ms of each (a
+  // quarter): a person's request read in the next turn waits less than the 100 ms an app's p99
+  // is given (bench/README.md, "A budget for each turn").
+  const turns = admission !== null ? createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2, targetTurnMs: TURN_TARGET_MS }) : null;
   if (turns !== null) {
     engine.handshakeTurns = { turns, atOnce: (frame) => appHandshakeFrame(frame, nsp.name) };
     // Upgrades in turns of their own: a crowd's upgrades read together are not one long turn
     // either, and an app's upgrade does not wait behind the hubs' first frames (its handshake
     // goes at once: behind them in the same queue, it would wait for all of them all the same).
-    engine.upgradeTurns = createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2 });
+    engine.upgradeTurns = createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2, targetTurnMs: TURN_TARGET_MS });
   }
   const admitted = admission !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }) : null;
   const expiry = startExpirySweep(ctx, clock);

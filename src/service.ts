@@ -4,12 +4,12 @@ import type { Config } from './config';
 import type { Logger } from './logger';
 import { createOperationsApp } from './api/app';
 import { DOCS_PATH } from './api/routes/docs';
-import { createStateCache, systemClock, type Clock } from './commands/handler';
+import { systemClock, type Clock } from './commands/handler';
 import { DEVICE_STATE_CACHE_SIZE } from './commands/devices';
-import type { DeviceState } from './domain/device';
 import type { EventStore } from './infra/eventstore/port';
 import type { ReadStore } from './infra/readstore/port';
 import { createMetrics } from './metrics';
+import { createDeviceStateCache } from './privacy/kept-folds';
 import { allProjections } from './projections';
 import { createLagTracker } from './projections/lag';
 import type { RebuildReport } from './projections/read-models';
@@ -76,8 +76,9 @@ export async function startService(config: Config, logger: Logger, clock: Clock 
   const projector = roles.has('projector') ? startProjectorRole(config, infra, logger) : null;
   if (projector !== null) await projector.ready;
 
-  // 3. Offline expiry. Device states are folded once per process: heartbeats and expiry jobs share them.
-  const deviceStates = createStateCache<DeviceState>(DEVICE_STATE_CACHE_SIZE);
+  // 3. Offline expiry. Device states are folded once per process: heartbeats and expiry jobs share them
+  // (a deleted device's without its personal data, src/privacy/kept-folds.ts).
+  const deviceStates = createDeviceStateCache(DEVICE_STATE_CACHE_SIZE);
   const expiry = roles.has('expiry') ? await startExpiryRole(config, infra, logger, clock, deviceStates, metrics) : null;
 
   // 4. The API and the tunnel, or, without the api role, health, readiness and metrics only.

@@ -28,9 +28,15 @@ export const TOKEN_MESSAGES = {
   revokedRefresh: 'Refresh token has been revoked',
 } as const;
 
+/**
+ * What a verified access token says that the service reads. The token carries the user's
+ * `email` too (decisions §3), checked to be there, but it is not part of what a verification
+ * answers: verified claims are remembered until the token expires (`VerifiedTokens`), and an
+ * e-mail remembered there would outlive the person's erasure (decisions §11). Nothing reads it:
+ * every use of an address reads the users read model.
+ */
 export interface AccessClaims {
   readonly sub: string;
-  readonly email: string;
   readonly role: UserRole;
   readonly type: 'access';
   readonly fam?: string;
@@ -106,7 +112,7 @@ export function createTokens(secrets: Pick<Secrets, 'jwtAccessSecret' | 'jwtRefr
       throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
     }
     if (p.fam !== undefined && !isString(p.fam)) throw new UnauthorizedError(TOKEN_MESSAGES.invalid);
-    return { sub: p.sub, email: p.email, role: p.role, type: 'access', ...(isString(p.fam) ? { fam: p.fam } : {}), iat: p.iat ?? 0, exp: p.exp ?? 0 };
+    return { sub: p.sub, role: p.role, type: 'access', ...(isString(p.fam) ? { fam: p.fam } : {}), iat: p.iat ?? 0, exp: p.exp ?? 0 };
   };
   const verifyDevice = (token: string): DeviceClaims => {
     const p = verifyWith(deviceKey, token, accessMessages);

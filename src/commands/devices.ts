@@ -24,7 +24,8 @@ import type { Keyring } from '../privacy/keyring';
 import type { Watermark } from '../projections/watermark';
 import { OneAtATime, type KeyedSerializer } from '../infra/one-at-a-time';
 import { createDeviceSnapshots, DEVICE_SNAPSHOT_EVERY } from './snapshots';
-import { createStateCache, handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
+import { createDeviceStateCache } from '../privacy/kept-folds';
+import { handleCommand, loadAggregate, toNewEvents, type Clock, type CommandContext, type HandledCommand, type StateCache } from './handler';
 
 /** `heartbeat-<uuid>` keeps a week by default: enough for the offline expiry and for auditors, never a long read. */
 export const HEARTBEAT_MAX_AGE_SECONDS = 7 * 24 * 60 * 60;
@@ -131,7 +132,7 @@ function actingUser(ctx: CommandContext): string {
 
 export function createDeviceCommands(deps: DeviceCommandDeps): DeviceCommands {
   const { eventStore, readStore, clock } = deps;
-  const cache = deps.deviceStates ?? createStateCache<DeviceState>(DEVICE_STATE_CACHE_SIZE);
+  const cache = deps.deviceStates ?? createDeviceStateCache(DEVICE_STATE_CACHE_SIZE);
   const snapshots = createDeviceSnapshots(eventStore, DEVICE_SNAPSHOT_EVERY, deps.keyring);
 
   const run = (uuid: string, command: DeviceCommand, ctx: CommandContext): Promise<HandledCommand<DeviceState, DeviceEvent>> =>

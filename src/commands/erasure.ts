@@ -15,7 +15,7 @@ import { DEVICES_COLLECTION, type DeviceDoc } from '../projections/devices';
 import { SESSIONS_COLLECTION, type SessionDoc } from '../projections/sessions';
 import { USERS_COLLECTION, type UserDoc } from '../projections/users';
 import type { Watermark } from '../projections/watermark';
-import { handleCommand, loadAggregate, type Clock, type CommandContext } from './handler';
+import { handleCommand, loadAggregate, type Clock, type CommandContext, type StateCache } from './handler';
 import { userStatus, wasErased } from './reservations';
 
 /**
@@ -70,6 +70,12 @@ export interface ErasureDeps {
   /** Resolves once every API process has applied the log up to `position` (their revocation feeds). */
   readonly revocationsApplied?: (position: GlobalPosition) => Promise<void>;
   readonly afterErasure?: () => Promise<void>;
+  /**
+   * This process's device folds (src/privacy/kept-folds.ts): the links ended and the devices
+   * deleted go through them, so once the erasure answers none keeps a fold of a device deleted
+   * with the person (other processes drop theirs as their feeds hand them the deletion).
+   */
+  readonly deviceStates?: StateCache<DeviceState>;
 }
 
 export interface ErasureCommands {
@@ -119,6 +125,7 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
               : { type: 'UnlinkUser', data: { uuid: doc.uuid, actorUserId: userId, targetUserId: userId, now } },
             asSystem(ctx),
             clock,
+            deps.deviceStates !== undefined ? { cache: deps.deviceStates } : {},
           );
           track(result.position);
           if (soleOwner) deleted.push(doc.uuid);
@@ -195,7 +202,9 @@ export function createErasureCommands(deps: ErasureDeps): ErasureCommands {
       eventStore,
       userDecider,
       userStream(userId),
-      { type: 'EraseUser', data: { userId, reason, devices, now: clock.now().toISOString() } },
+      // Every device whose key went with theirs, those deleted before included: each process drops
+      // those keys, and what it opened with them, when it reads `UserErased` (src/privacy/event-store.ts).
+      { type: 'EraseUser', data: { userId, reason, devices: shredded, now: clock.now().toISOString() } },
       ctx,
       clock,
     );

@@ -79,8 +79,12 @@ export interface StateCache<State> {
   forget(streamName: string): void;
 }
 
-/** A cache that forgets the least recently used stream beyond `maxEntries`. */
-export function createStateCache<State>(maxEntries: number): StateCache<State> {
+/**
+ * A cache that forgets the least recently used stream beyond `maxEntries`. `keep` is what is
+ * kept of a fold given to `set` (the fold itself when it has nothing to leave out; e.g. a
+ * deleted device without its personal data, src/privacy/kept-folds.ts).
+ */
+export function createStateCache<State>(maxEntries: number, keep: (folded: FoldedStream<State>) => FoldedStream<State> = (folded) => folded): StateCache<State> {
   const entries = new Map<string, FoldedStream<State>>();
   return {
     get(streamName) {
@@ -95,7 +99,7 @@ export function createStateCache<State>(maxEntries: number): StateCache<State> {
       const known = entries.get(streamName);
       if (known !== undefined && known.revision > folded.revision) return;
       entries.delete(streamName);
-      entries.set(streamName, folded);
+      entries.set(streamName, keep(folded));
       if (entries.size > maxEntries) entries.delete(entries.keys().next().value as string);
     },
     forget(streamName) {

@@ -5,7 +5,8 @@ import type { Actor } from '../domain/messages';
 import type { EventStore } from '../infra/eventstore/port';
 import type { Keyring } from '../privacy/keyring';
 import { createDeviceSnapshots, DEVICE_SNAPSHOT_EVERY } from './snapshots';
-import { createStateCache, handleCommand, newCommandContext, type Clock, type CommandContext, type StateCache } from './handler';
+import { createDeviceStateCache } from '../privacy/kept-folds';
+import { handleCommand, newCommandContext, type Clock, type CommandContext, type StateCache } from './handler';
 
 /**
  * Presence expiry (decisions §4): what an expiry job does when it fires. It reads the newest
@@ -67,7 +68,7 @@ export function nextCheckAt(outcome: ExpiryOutcome): number | null {
 
 export function createPresenceCommands(deps: PresenceCommandDeps): PresenceCommands {
   const { eventStore, clock, offlineAfterSeconds } = deps;
-  const cache = deps.deviceStates ?? createStateCache<DeviceState>(EXPIRY_STATE_CACHE_SIZE);
+  const cache = deps.deviceStates ?? createDeviceStateCache(EXPIRY_STATE_CACHE_SIZE);
   const snapshots = createDeviceSnapshots(eventStore, DEVICE_SNAPSHOT_EVERY, deps.keyring);
 
   const lastHeartbeat = async (uuid: string): Promise<LastHeartbeat | null> => {

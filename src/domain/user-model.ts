@@ -140,7 +140,10 @@ export type EraseUser = Command<
   {
     readonly userId: string;
     readonly reason: ErasureReason;
-    /** Devices deleted with the user (they were their only owner): their keys go too. */
+    /**
+     * Devices whose data goes with the user's, their keys too: those deleted with them (they were
+     * their only owner), and those deleted before while they were their only owner.
+     */
     readonly devices: readonly string[];
     readonly now: string;
   }

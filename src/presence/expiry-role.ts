@@ -36,6 +36,11 @@ export interface ExpiryRoleDeps {
   readonly concurrency?: number;
   /** Told of every device this process's jobs took offline (for `offline_expiries_total`). */
   readonly onOffline?: (uuid: string) => void;
+  /**
+   * Told of every device deleted, through whichever process, from the feed's start on: this
+   * process's folds of it go (src/runtime/expiry.ts), also in a process without the API's feed.
+   */
+  readonly onDeleted?: (uuid: string) => void;
 }
 
 export interface ExpiryRole {
@@ -116,7 +121,9 @@ export async function startExpiryRole(deps: ExpiryRoleDeps): Promise<ExpiryRole>
       });
       subscription = feed;
       for await (const item of feed) {
-        if (item.kind !== 'event' || item.event.type !== 'DeviceWentOnline') continue;
+        if (item.kind !== 'event') continue;
+        if (item.event.type === 'DeviceDeleted') deps.onDeleted?.(item.event.streamName.slice(STREAM_PREFIXES.device.length));
+        if (item.event.type !== 'DeviceWentOnline') continue;
         const data = item.event.data as DeviceWentOnline['data'];
         await runner.run(() => schedule(data.uuid, data.lastSeenAt));
       }

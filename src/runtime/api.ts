@@ -93,6 +93,7 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
         'erasure: events written before personal fields were sealed keep them in the clear in EventStoreDB, which cannot rewrite them (README, Personal data)',
       ),
     ...(afterErasure !== undefined ? { afterErasure } : {}),
+    deviceStates,
   });
   const tokens = withAccessRevocations(createTokens(infra.secrets), revocations.revocations);
   const devices = createDeviceCommands({

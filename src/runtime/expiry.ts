@@ -4,6 +4,7 @@ import type { Metrics } from '../metrics';
 import type { Clock, StateCache } from '../commands/handler';
 import { createPresenceCommands } from '../commands/presence';
 import type { DeviceState } from '../domain/device';
+import { deviceStream } from '../domain/events';
 import { startExpiryRole as startExpiryFeed, type ExpiryRole } from '../presence/expiry-role';
 import { createTimerExpiryScheduler } from '../presence/timer-scheduler';
 import type { Infrastructure } from './adapters';
@@ -42,6 +43,9 @@ export async function startExpiryRole(
     offlineAfterSeconds: config.offlineAfterSeconds,
     logger,
     onOffline: () => metrics.offlineExpiries.inc(),
+    // A device deleted through another process: no fold of it stays here (decisions §11), in a
+    // process with the API role as in one without (the API's live feed drops it there too).
+    onDeleted: (uuid) => deviceStates.forget(deviceStream(uuid)),
   });
   // Embedded: the read model is complete by now, so every deadline is restored before the API opens.
   if (config.mode === 'embedded') await role.ready;

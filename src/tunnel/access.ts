@@ -3,6 +3,7 @@ import { createDeviceSnapshots } from '../commands/snapshots';
 import { deviceDecider, type DeviceEvent, type DeviceState } from '../domain/device';
 import { deviceStream } from '../domain/events';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port';
+import { keptDeviceFold } from '../privacy/kept-folds';
 
 /**
  * Device states as the tunnel needs them (status, token generation, links), folded from
@@ -14,6 +15,9 @@ import type { EventStore, RecordedEvent } from '../infra/eventstore/port';
  *   handshake and subscribe, which must see a link or token the caller has just been given.
  * - `peek`: the cached fold, kept current by the tunnel's live subscription (`apply`), for
  *   the per-message permission check, which must not cost a read.
+ *
+ * A deleted device's fold is kept without its personal data (src/privacy/kept-folds.ts): the
+ * deletion read by `fresh` or handed over by the live subscription, on whichever process.
  */
 export interface DeviceAccess {
   fresh(uuid: string): Promise<FoldedStream<DeviceState>>;
@@ -100,8 +104,8 @@ export function createDeviceAccess(eventStore: EventStore, options: DeviceAccess
         for (;;) {
           const base = read;
           read = await loadAggregate<DeviceState, DeviceEvent>(eventStore, deviceDecider.evolve, deviceDecider.initialState, deviceStream(uuid), base, snapshots);
-          // Nothing new: the fold read from, not a copy of it.
-          if (base !== undefined && read.revision === base.revision) read = base;
+          // Nothing new: the fold read from, not a copy of it. A deleted device's, as kept.
+          read = keptDeviceFold(base !== undefined && read.revision === base.revision ? base : read);
           const current = entries.get(uuid);
           // The live subscription may have moved the entry on while this read was running.
           if (current !== undefined && current.revision >= flight.seen && current.revision > read.revision) {
@@ -148,11 +152,11 @@ export function createDeviceAccess(eventStore: EventStore, options: DeviceAccess
       // (`set` on a key the map holds changes the value only: the order of reads stays.)
       const same = shared?.get(event.streamName);
       if (same?.revision === event.revision) {
-        entries.set(uuid, same);
+        entries.set(uuid, keptDeviceFold(same));
         return;
       }
       const state = deviceDecider.evolve(folded.state, { type: event.type, data: event.data } as DeviceEvent);
-      entries.set(uuid, { state, revision: sharedRevision(event.revision) });
+      entries.set(uuid, keptDeviceFold({ state, revision: sharedRevision(event.revision) }));
     },
   };
 }

@@ -5,6 +5,8 @@ const ROOT = join(__dirname, '..', '..');
 
 export interface ServerProcess {
   readonly port: number;
+  /** The process id, to signal it (e.g. a heap snapshot, test/support/heap-snapshot.ts). */
+  readonly pid: number;
   readonly baseUrl: string;
   /** Every line the process wrote to stdout and stderr so far. */
   readonly output: () => string;
@@ -82,6 +84,7 @@ export async function startServerProcess(
   });
   return {
     port,
+    pid: child.pid ?? 0,
     baseUrl: `http://127.0.0.1:${port}`,
     output: () => output,
     stop: async () => {

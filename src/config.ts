@@ -138,7 +138,7 @@ const envSchema = z.object({
   SNAPSHOT_EVERY_EVENTS: positiveInt(20_000),
   SNAPSHOT_INTERVAL_SECONDS: timerSeconds(300),
   STORE_START_TIMEOUT_SECONDS: timerSeconds(30),
-  TUNNEL_HANDSHAKES_PER_SECOND: positiveInt(2000),
+  TUNNEL_HANDSHAKES_PER_SECOND: positiveInt(5000),
   RATE_LIMITS: optionalString.transform((spec, ctx) => {
     try {
       return parseRateLimits(spec);

@@ -51,7 +51,8 @@ export function openFileLimit(read: () => string = () => readFileSync('/proc/sel
 export function openDescriptors(): number | null {
   try {
     const size = statSync('/proc/self/fd').size;
-    return size > 0 ? size : readdirSync('/proc/self/fd').length;
+    // The listing holds the directory open while it reads: one name more than the count.
+    return size > 0 ? size : readdirSync('/proc/self/fd').length - 1;
   } catch {
     return null;
   }

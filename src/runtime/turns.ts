@@ -15,9 +15,10 @@
  * this turn; else it waits its turn, first in first out, and the next turns (`setImmediate`:
  * after the sockets read in this one) run up to `perTurn` of them each. `perTurn` follows how
  * long the turns take: down a quarter after a turn longer than `targetTurnMs`, up a sixteenth
- * after a shorter one, so a fast machine runs more of them a turn and a busy one fewer. A job
- * that has waited `maxWaitMs` runs at the next turn besides the count (as many again as the
- * count at most: behind a longer backlog of them, it waits longer).
+ * after a shorter one (not one that `budgetMs` ended: its length says nothing of the count), so
+ * a fast machine runs more of them a turn and a busy one fewer. A job that has waited
+ * `maxWaitMs` runs at the next turn besides the count (as many again as the count at most:
+ * behind a longer backlog of them, it waits longer).
  *
  * And a turn's jobs stop at `budgetMs` of their own time (each one timed, its synchronous part),
  * whatever the count: the count follows the turns after the fact, and after a quiet spell it
@@ -104,6 +105,10 @@ export function createTurns(options: TurnsOptions = {}): Turns {
   let ranThisTurn = 0;
   // The time this turn's jobs took (their synchronous part).
   let spentThisTurn = 0;
+  // Whether the last turn stopped at the budget with jobs left below the count: its length says nothing of the count.
+  let stoppedByBudget = false;
+  // Jobs running now, one within another (a job's `run` at once): only the outermost is timed.
+  let running = 0;
   // When the last turn with jobs waiting began: the next one measures the turn between them.
   let turnStartedAt: number | null = null;
   let scheduled = false;
@@ -117,14 +122,18 @@ export function createTurns(options: TurnsOptions = {}): Turns {
     // A job that throws ends this turn as any callback's exception would; the next still comes.
     if (queue.length > 0) schedule();
     if (turnStartedAt !== null) {
-      perTurn = t - turnStartedAt > targetTurnMs ? Math.max(minPerTurn, Math.floor(perTurn * 0.75)) : Math.min(maxPerTurn, perTurn + Math.ceil(perTurn / 16));
+      if (t - turnStartedAt > targetTurnMs) perTurn = Math.max(minPerTurn, Math.floor(perTurn * 0.75));
+      // Not up after a turn the budget ended: else the overdue jobs, as many as the count, would all go in one turn.
+      else if (!stoppedByBudget) perTurn = Math.min(maxPerTurn, perTurn + Math.ceil(perTurn / 16));
     }
     ranThisTurn = 0;
     spentThisTurn = 0;
+    stoppedByBudget = false;
     while (queue.length > 0 && ranThisTurn < perTurn && (ranThisTurn === 0 || spentThisTurn < budgetMs)) {
       ranThisTurn++;
       timed((queue.shift() as Waiting).job);
     }
+    stoppedByBudget = queue.length > 0 && ranThisTurn < perTurn;
     // Those that have waited too long, as many again at most: a backlog is not let go at once.
     for (let head = queue.peek(), extra = 0; head !== undefined && extra < perTurn && t - head.since >= maxWaitMs; head = queue.peek(), extra++) {
       overdue++;
@@ -139,11 +148,18 @@ export function createTurns(options: TurnsOptions = {}): Turns {
   };
 
   const timed = (job: () => void): void => {
+    if (running > 0) {
+      job();
+      return;
+    }
     const start = now();
+    running++;
     try {
       job();
     } finally {
-      spentThisTurn += now() - start;
+      running--;
+      // A clock that ran back (an injected one) counts nothing.
+      spentThisTurn += Math.max(0, now() - start);
     }
   };
 

@@ -1,22 +1,7 @@
 import { createTurns } from '../../src/runtime/turns';
 import { nextTurn } from '../support/event-loop';
+import { turnCounter, untilTurns as until } from '../support/turn-counter';
 
-/** Turns of the event loop, counted by a `setImmediate` chain started before the jobs. */
-function turnCounter(): { readonly current: () => number; readonly stop: () => void } {
-  let turns = 0;
-  let running = true;
-  const tick = (): void => {
-    turns++;
-    if (running) setImmediate(tick);
-  };
-  setImmediate(tick);
-  return { current: () => turns, stop: () => (running = false) };
-}
-
-async function until(check: () => boolean, turns = 10_000): Promise<void> {
-  for (let i = 0; i < turns && !check(); i++) await nextTurn();
-  expect(check()).toBe(true);
-}
 
 describe('createTurns', () => {
   test('with nothing waiting a job runs at once, in the caller', () => {

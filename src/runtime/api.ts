@@ -134,11 +134,13 @@ async function startUseCases({ config, infra, logger, metrics, clock, deviceStat
 export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
   const { config, infra, logger, metrics, clock, readiness } = deps;
   const { users, revocations, reach, tokens, devices, mailer, auth, erasure, account } = await startUseCases(deps);
-  const limiter =
-    infra.redis === null
-      ? createMemoryRateLimiter(config.rateLimits)
-      : // Counters kept by client IP are named by a keyed hash: Redis holds no address.
-        withKeyedCounters(createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics)), infra.privacyKeys.counterKey);
+  // Counters kept by client IP are named by a keyed hash: neither Redis nor the memory counters
+  // hold an address, and the names kept of the addresses go with any revocation (an erasure).
+  const limiter = withKeyedCounters(
+    infra.redis === null ? createMemoryRateLimiter(config.rateLimits) : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics)),
+    infra.privacyKeys.counterKey,
+  );
+  revocations.revocations.onRevoked(() => limiter.forgetAddresses());
 
   const isAdmin = createAdminCheck(infra.readStore, config.adminEmails);
   const app = createApp({

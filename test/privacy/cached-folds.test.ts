@@ -19,10 +19,10 @@ import { createDeviceStateCache, keptDeviceFold } from '../../src/privacy/kept-f
 import { createLocalWatermark } from '../../src/projections/watermark';
 import { createDeviceAccess } from '../../src/tunnel/access';
 import type { SubscribeAck, TunnelError } from '../../src/tunnel/events';
-import { api, CRM_KEY, GENEROUS_RATE_LIMITS } from '../support/harness';
+import { api, CRM_KEY } from '../support/harness';
 import { deviceStreamStore } from '../support/device-stream-store';
-import { HeapSnapshot, heapSnapshotEnv } from '../support/heap-snapshot';
-import { PROCESS_TEST_TIMEOUT_MS, startServerProcess, TEST_SECRETS, type ServerProcess } from '../support/server';
+import { deviceMarkers, heapOf, heldBy, marker, startWatched, stopWatched, type DeviceMarkers, type Watched } from '../support/heap-snapshot';
+import { PROCESS_TEST_TIMEOUT_MS, TEST_SECRETS, type ServerProcess } from '../support/server';
 import { startStack, type Stack } from '../support/stack';
 import { connect, refusal, request, type Hub, type Probe } from '../support/tunnel';
 
@@ -272,46 +272,6 @@ type Target = Pick<ServerProcess, 'baseUrl'>;
 
 const AUDITOR = 'auditor.kept-folds@example.com';
 
-/** A service process whose heap can be read (SIGUSR2), with its own directory for the snapshots. */
-interface Watched {
-  readonly process: ServerProcess;
-  readonly snapshots: string;
-}
-
-async function startWatched(env: Record<string, string>): Promise<Watched> {
-  const snapshots = mkdtempSync(join(tmpdir(), 'hhc-heap-'));
-  const service = await startServerProcess({ ...TEST_SECRETS, RATE_LIMITS: GENEROUS_RATE_LIMITS, ADMIN_EMAILS: AUDITOR, ...heapSnapshotEnv(snapshots), ...env });
-  return { process: service, snapshots };
-}
-
-async function stopWatched(watched: Watched | undefined): Promise<void> {
-  if (watched === undefined) return;
-  await watched.process.stop();
-  rmSync(watched.snapshots, { recursive: true, force: true });
-}
-
-const heapOf = (watched: Watched): Promise<HeapSnapshot> => HeapSnapshot.of(watched.process, watched.snapshots);
-
-/** A text no one else writes. */
-const marker = (label: string): string => `${label}${randomUUID().replace(/-/g, '')}`;
-
-interface DeviceMarkers {
-  readonly name: string;
-  readonly ip: string;
-  readonly metadata: string;
-  /** What a heartbeat then reports. */
-  readonly laterIp: string;
-  readonly laterMetadata: string;
-}
-
-const deviceMarkers = (): DeviceMarkers => ({
-  name: marker('KeptName'),
-  ip: marker('KeptIp'),
-  metadata: marker('KeptMeta'),
-  laterIp: marker('KeptLaterIp'),
-  laterMetadata: marker('KeptLaterMeta'),
-});
-
 interface PersonMarkers {
   readonly email: string;
   readonly firstName: string;
@@ -397,13 +357,6 @@ async function audited(target: Target, auditorToken: string, uuid: string): Prom
   });
 }
 
-/** What a heap snapshot of the process finds of `texts`, and, should it find any, what holds them. */
-async function heldBy(watched: Watched, texts: readonly string[]): Promise<{ found: string[]; holders: string[] }> {
-  const snapshot = await heapOf(watched);
-  const found = snapshot.found(texts);
-  return { found, holders: found.length > 0 ? snapshot.holders(texts, [], 4) : [] };
-}
-
 describe('the service keeps no fold of a deleted device with its data (embedded, a service process)', () => {
   jest.setTimeout(PROCESS_TEST_TIMEOUT_MS);
   let dataDir: string;
@@ -412,7 +365,7 @@ describe('the service keeps no fold of a deleted device with its data (embedded,
   const open: Probe[] = [];
   beforeAll(async () => {
     dataDir = mkdtempSync(join(tmpdir(), 'hhc-kept-folds-'));
-    service = await startWatched({ DATA_DIR: dataDir });
+    service = await startWatched({ ADMIN_EMAILS: AUDITOR, DATA_DIR: dataDir });
     auditor = (await person(service.process, { email: AUDITOR, firstName: 'Audrey', lastName: 'Tor' }, 'admin')).token;
   }, PROCESS_TEST_TIMEOUT_MS);
   afterAll(async () => {
@@ -493,7 +446,7 @@ describe('the other process keeps nothing either (distributed, two service proce
   const open: Probe[] = [];
   beforeAll(async () => {
     stack = await startStack();
-    [a, b] = await Promise.all([startWatched(stack.env), startWatched(stack.env)]);
+    [a, b] = await Promise.all([startWatched({ ADMIN_EMAILS: AUDITOR, ...stack.env }), startWatched({ ADMIN_EMAILS: AUDITOR, ...stack.env })]);
   }, PROCESS_TEST_TIMEOUT_MS);
   afterAll(async () => {
     for (const p of open.splice(0)) p.close();

@@ -3,10 +3,13 @@
  * (`src/main.ts`, test/support/server.ts) started with `heapSnapshotEnv`, whose heap is only the
  * service's, as an operator's heap dump of it would be.
  */
+import { randomUUID } from 'node:crypto';
 import { request } from 'node:http';
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { ServerProcess } from './server';
+import { GENEROUS_RATE_LIMITS } from './harness';
+import { startServerProcess, TEST_SECRETS, type ServerProcess } from './server';
 
 /** The environment of a service process that writes a heap snapshot into `dir` on SIGUSR2. */
 export function heapSnapshotEnv(dir: string): Record<string, string> {
@@ -175,3 +178,51 @@ export class HeapSnapshot {
     }
   }
 }
+
+/** A service process whose heap can be read (SIGUSR2), with its own directory for the snapshots. */
+export interface Watched {
+  readonly process: ServerProcess;
+  readonly snapshots: string;
+}
+
+/** The real service in a process of its own (test secrets, generous limits, `env` over them) that writes heap snapshots. */
+export async function startWatched(env: Record<string, string>): Promise<Watched> {
+  const snapshots = mkdtempSync(join(tmpdir(), 'hhc-heap-'));
+  const service = await startServerProcess({ ...TEST_SECRETS, RATE_LIMITS: GENEROUS_RATE_LIMITS, ...heapSnapshotEnv(snapshots), ...env });
+  return { process: service, snapshots };
+}
+
+export async function stopWatched(watched: Watched | undefined): Promise<void> {
+  if (watched === undefined) return;
+  await watched.process.stop();
+  rmSync(watched.snapshots, { recursive: true, force: true });
+}
+
+export const heapOf = (watched: Watched): Promise<HeapSnapshot> => HeapSnapshot.of(watched.process, watched.snapshots);
+
+/** What a heap snapshot of the process finds of `texts`, and, should it find any, what holds them (up to `depth` objects up). */
+export async function heldBy(watched: Watched, texts: readonly string[], depth = 4): Promise<{ found: string[]; holders: string[] }> {
+  const snapshot = await heapOf(watched);
+  const found = snapshot.found(texts);
+  return { found, holders: found.length > 0 ? snapshot.holders(texts, [], depth) : [] };
+}
+
+/** A text no one else writes. */
+export const marker = (label: string): string => `${label}${randomUUID().replace(/-/g, '')}`;
+
+export interface DeviceMarkers {
+  readonly name: string;
+  readonly ip: string;
+  readonly metadata: string;
+  /** What a heartbeat then reports. */
+  readonly laterIp: string;
+  readonly laterMetadata: string;
+}
+
+export const deviceMarkers = (): DeviceMarkers => ({
+  name: marker('KeptName'),
+  ip: marker('KeptIp'),
+  metadata: marker('KeptMeta'),
+  laterIp: marker('KeptLaterIp'),
+  laterMetadata: marker('KeptLaterMeta'),
+});

@@ -140,7 +140,12 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
     infra.redis === null ? createMemoryRateLimiter(config.rateLimits) : createRedisRateLimiter(infra.redis, config.rateLimits, onRateLimitStoreError(logger, metrics)),
     infra.privacyKeys.counterKey,
   );
-  revocations.revocations.onRevoked(() => limiter.forgetAddresses());
+  // Handshakes refused by that limit are remembered by address: forgotten with the names.
+  const handshakeLimiter = handshakeLimiterFrom(limiter, (tier) => metrics.rateLimitRejections.inc({ tier }));
+  revocations.revocations.onRevoked(() => {
+    limiter.forgetAddresses();
+    handshakeLimiter.forgetAddresses?.();
+  });
 
   const isAdmin = createAdminCheck(infra.readStore, config.adminEmails);
   const app = createApp({
@@ -169,7 +174,7 @@ export async function startApiRole(deps: ApiRoleDeps): Promise<ApiRole> {
   const tunnel = await createTunnel(server, {
     tokens,
     limiter: tunnelLimiterFrom(limiter, (tier) => metrics.rateLimitRejections.inc({ tier })),
-    handshakeLimiter: handshakeLimiterFrom(limiter, (tier) => metrics.rateLimitRejections.inc({ tier })),
+    handshakeLimiter,
     clientIp,
     eventStore: infra.eventStore,
     readStore: infra.readStore,

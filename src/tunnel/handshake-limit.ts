@@ -28,6 +28,8 @@ export interface HandshakeLimiter {
   admit(ip: string): Promise<LimitDecision>;
   /** The handshake from `ip` succeeded (or failed for the service's own reasons): it does not count. */
   release(ip: string): void;
+  /** Forgets every address remembered as refused (an erasure: a session's address is personal data, decisions §11). */
+  forgetAddresses?(): void;
 }
 
 const TIER: Tier = 'general';
@@ -59,11 +61,24 @@ export function handshakeLimiterFrom(
   limiter: RateLimiter,
   onRejected?: (tier: Tier) => void,
   now: () => number = () => performance.now(),
-): HandshakeLimiter {
+): HandshakeLimiter & { readonly remembered: () => number } {
   /** Address → when its refusal ends (ms), in the order refused. */
   const refusedUntil = new Map<string, number>();
+  // Refusals ended at the front go at each handshake: an address is not kept long past its
+  // refusal (it is personal data), and the front is nearly always the first to end.
+  const dropEnded = (): void => {
+    const t = now();
+    for (const [ip, until] of refusedUntil) {
+      if (until > t) return;
+      refusedUntil.delete(ip);
+    }
+  };
   return {
+    forgetAddresses: () => refusedUntil.clear(),
+    /** How many addresses are remembered as refused now. */
+    remembered: () => refusedUntil.size,
     check(ip) {
+      dropEnded();
       const until = refusedUntil.get(ip);
       if (until === undefined) return ALLOWED;
       const left = until - now();
@@ -75,6 +90,7 @@ export function handshakeLimiterFrom(
       return { allowed: false, retryAfter: Math.ceil(left / 1000) };
     },
     async admit(ip) {
+      dropEnded();
       const decision = await limiter.consume(TIER, `ip:${ip}`);
       refusedUntil.delete(ip);
       if (!decision.allowed) {

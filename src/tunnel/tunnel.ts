@@ -192,13 +192,14 @@ export async function createTunnel(httpServer: HttpServer, deps: TunnelDeps): Pr
   // Turns of the event loop kept near 40 ms while hubs pour in, their jobs to 10 ms of each (a
   // quarter): a person's request read in the next turn waits less than the 100 ms an app's p99
   // is given (bench/README.md, "A budget for each turn").
-  const turns = admission !== null ? createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2, targetTurnMs: TURN_TARGET_MS }) : null;
+  const newTurns = () => createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2, targetTurnMs: TURN_TARGET_MS });
+  const turns = admission !== null ? newTurns() : null;
   if (turns !== null) {
     engine.handshakeTurns = { turns, atOnce: (frame) => appHandshakeFrame(frame, nsp.name) };
     // Upgrades in turns of their own: a crowd's upgrades read together are not one long turn
     // either, and an app's upgrade does not wait behind the hubs' first frames (its handshake
     // goes at once: behind them in the same queue, it would wait for all of them all the same).
-    engine.upgradeTurns = createTurns({ maxWaitMs: CONNECT_TIMEOUT_MS / 2, targetTurnMs: TURN_TARGET_MS });
+    engine.upgradeTurns = newTurns();
   }
   const admitted = admission !== null ? admitHandshakes(nsp, admission, { handshakes, clientIp }) : null;
   const expiry = startExpirySweep(ctx, clock);
